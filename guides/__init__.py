@@ -1,0 +1,1 @@
+"""Guides (variational families) and their closed-form update steps."""

@@ -1,0 +1,31 @@
+"""Small builders shared by the core tests."""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.architectures import MLP
+from zoo.likelihoods import GaussianLikelihood
+from zoo.model import BayesianModel
+from zoo.priors import GaussianPrior
+
+
+def blr_data(n: int = 60, d: int = 3, seed: int = 1, dtype=torch.float64, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=dtype)
+    w = torch.linspace(-1.5, 1.0, d, dtype=dtype)
+    y = x @ w + 0.4 * torch.randn(n, generator=g, dtype=dtype)
+    return x.to(device), y.to(device)
+
+
+def blr_model(d: int = 3, s0: float = 2.0, a0: float = 2.0, b0: float = 1.0) -> BayesianModel:
+    return BayesianModel(
+        MLP(d, (), 1, bias=False), GaussianPrior(s0), GaussianLikelihood("inverse_gamma", a0, b0)
+    )
+
+
+def mlp_model(d: int = 3, hidden=(8,), task: str = "regression", k: int = 1) -> BayesianModel:
+    from zoo.likelihoods import make_likelihood
+
+    out = 1 if task in ("regression", "binary") else k
+    return BayesianModel(MLP(d, hidden, out), GaussianPrior(1.0), make_likelihood(task, out))

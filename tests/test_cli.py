@@ -1,0 +1,148 @@
+"""The command line: ``zoo list``, ``zoo fit``, ``zoo reproduce``; usage errors exit 2 and write nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import arviz as az
+import pytest
+
+from zoo.cli import main
+
+FIT_KEYS = {"model", "guide", "dataset", "split", "n_train", "n_test", "fit_seconds", "elbo"}
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "mfvi-bnn" in out and "blr-cavi" in out
+
+
+def test_fit_regression_writes_three_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "fit",
+                "mfvi-bnn",
+                "--dataset",
+                "diabetes",
+                "--steps",
+                "60",
+                "--num-samples",
+                "20",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    line = capsys.readouterr().out
+    assert "rmse=" in line and "nll=" in line and "coverage95=" in line
+    assert sorted(os.listdir(out)) == ["checkpoint.pt", "metrics.json", "posterior.nc"]
+    m = json.loads((out / "metrics.json").read_text())
+    assert FIT_KEYS | {"rmse", "nll", "coverage95"} <= set(m)
+    assert m["n_train"] == 398 and m["n_test"] == 44 and m["dataset"] == "diabetes"
+    assert 0 < m["rmse"] < 200 and 0 <= m["coverage95"] <= 1
+    idata = az.from_netcdf(out / "posterior.nc")
+    assert az.loo(idata).elpd_loo < 0
+
+
+def test_fit_classification_keys(tmp_path):
+    out = tmp_path / "cls"
+    assert (
+        main(
+            [
+                "fit",
+                "mfvi-bnn",
+                "--dataset",
+                "breast-cancer",
+                "--steps",
+                "40",
+                "--hidden",
+                "8",
+                "--num-samples",
+                "10",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    m = json.loads((out / "metrics.json").read_text())
+    assert FIT_KEYS | {"accuracy", "nll", "ece"} <= set(m) and 0 <= m["accuracy"] <= 1
+
+
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["fit", "nope", "--dataset", "diabetes"], "MODEL"),
+        (["fit", "mfvi-bnn", "--dataset", "nope"], "--dataset"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--steps", "0"], "--steps"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--steps", "ten"], "--steps"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--hidden", "0"], "--hidden"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--lr", "-1"], "--lr"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--split", "-1"], "--split"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--guide", "flow"], "--guide"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--device", "tpu9"], "--device"),
+        (["fit", "mfvi-bnn", "--dataset", "mnist10k", "--split", "3"], "split"),
+        (["reproduce", "nope"], "NAME"),
+        (["reproduce", "mfvi-uci", "--splits", "a-b"], "--splits"),
+        (["reproduce", "mfvi-uci", "--jobs", "0"], "--jobs"),
+    ],
+)
+def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys, args, word):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--out", str(out)])
+    assert e.value.code == 2
+    assert word in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_missing_data_root_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "mfvi-bnn", "--dataset", "uci:yacht", "--out", str(tmp_path / "o")])
+    assert e.value.code == 2 and "ZOO_DATA_DIR" in capsys.readouterr().err
+
+
+def test_console_script_entry_point():
+    r = subprocess.run([sys.executable, "-m", "zoo.cli", "list"], capture_output=True, text=True, check=True)
+    assert "mfvi-bnn" in r.stdout
+
+
+def test_reproduce_smoke_on_shared_uci(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    from zoo.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol, run_protocol
+
+    if "smoke-uci" not in PROTOCOLS:
+        register_protocol(
+            Protocol(
+                "smoke-uci",
+                "smoke",
+                lambda s: [
+                    RunSpec(
+                        "mfvi-bnn",
+                        "mfvi-bnn",
+                        "uci:yacht",
+                        k,
+                        {"hidden": [10], "steps": 30, "num_samples": 10},
+                    )
+                    for k in (s or [0, 1])
+                ],
+                ("rmse", "nll", "coverage95"),
+                {("mfvi-bnn", "uci:yacht"): {"rmse": 1.61}},
+            )
+        )
+    doc = run_protocol("smoke-uci", tmp_path, progress=False)
+    assert len(doc["rows"]) == 2 and {r["split"] for r in doc["rows"]} == {0, 1}
+    s = doc["summary"]["mfvi-bnn"]["uci:yacht"]
+    assert s["n_splits"] == 2 and s["rmse"]["mean"] > 0
+    assert (tmp_path / "smoke-uci.json").exists() and "rmse" in (tmp_path / "smoke-uci.md").read_text()

@@ -1,0 +1,77 @@
+"""ArviZ export round trip: posterior, predictive and log-likelihood groups; az.summary, loo, plot_ppc."""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+from zoo.diagnostics import save_netcdf, to_inference_data
+from zoo.inference import fit
+from zoo.registry import build
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def regression_fit():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(80, 3, generator=g)
+    y = torch.sin(x[:, 0]) + 0.1 * torch.randn(80, generator=g)
+    m, gd, spec = build("mfvi-bnn", 3, 1, "regression", hidden=[8])
+    return fit(m, gd, x, y, steps=200, lr=0.02, progress=False, spec=spec), x, y
+
+
+def test_groups_dims_and_shapes(regression_fit):
+    res, x, y = regression_fit
+    idata = to_inference_data(res, x, y, num_samples=40)
+    for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data", "vi_trace"):
+        assert hasattr(idata, group), group
+    post = idata.posterior
+    assert post["fc0.weight"].dims == ("chain", "draw", "fc0_out", "fc0_in")
+    assert post["fc0.bias"].dims == ("chain", "draw", "fc0_out")
+    assert post["fc0.weight"].shape == (1, 40, 8, 3)
+    assert post["sigma2"].shape == (1, 40)
+    assert idata.log_likelihood["y"].shape == (1, 40, 80)
+    assert idata.posterior_predictive["y"].shape == (1, 40, 80)
+    np.testing.assert_allclose(idata.observed_data["y"].values, y.numpy())
+    np.testing.assert_allclose(idata.vi_trace["elbo"].values, res.elbo)
+    assert post.attrs["inference"] == "variational" and post.attrs["steps"] == 200
+
+
+def test_arviz_functions_run_and_netcdf_round_trip(regression_fit, tmp_path):
+    res, x, y = regression_fit
+    idata = to_inference_data(res, x, y, num_samples=60)
+    summary = az.summary(idata, var_names=["sigma2"], kind="stats")
+    assert summary.loc["sigma2", "mean"] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loo = az.loo(idata, pointwise=True)
+    # elpd_loo can not exceed the in-sample lppd
+    ll = idata.log_likelihood["y"].values[0]
+    lppd = float(np.sum(np.log(np.mean(np.exp(ll), axis=0))))
+    assert np.isfinite(loo.elpd_loo) and loo.elpd_loo <= lppd + 1e-6
+    az.plot_ppc(idata, num_pp_samples=10)
+    path = tmp_path / "posterior.nc"
+    save_netcdf(idata, path)
+    back = az.from_netcdf(path)
+    np.testing.assert_allclose(back.posterior["sigma2"].values, idata.posterior["sigma2"].values)
+    np.testing.assert_allclose(back.vi_trace["elbo"].values, res.elbo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert np.isclose(az.loo(back).elpd_loo, loo.elpd_loo)
+
+
+def test_weights_left_out_for_big_networks_and_bad_input(regression_fit, tmp_path):
+    res, x, y = regression_fit
+    idata = to_inference_data(res, x, None, num_samples=5, max_weight_params=10)
+    assert "fc0.weight" not in idata.posterior and "sigma2" in idata.posterior
+    assert not hasattr(idata, "log_likelihood")
+    with pytest.raises(ValueError, match="num_samples"):
+        to_inference_data(res, x, y, num_samples=0)
+    with pytest.raises(ValueError, match="path"):
+        save_netcdf(idata, tmp_path / "missing" / "p.nc")

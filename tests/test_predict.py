@@ -1,0 +1,105 @@
+"""Posterior predictive: closed-form ground truth, chunking invariance, classification, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from zoo.inference import fit
+from zoo.predict import log_likelihood, posterior_samples, predict
+from zoo.registry import build
+
+from .helpers import blr_data
+
+
+def _blr_fit():
+    x, y = blr_data(n=80, dtype=torch.float64)
+    m, g, spec = build("blr-cavi", 3, 1, "regression")
+    m, g = m.double(), g.double()
+    return fit(m, g, x, y, steps=50, progress=False), x, y
+
+
+def test_predictive_moments_match_the_closed_form():
+    """y* | x ~ E_q: mean x^T m, variance E[sigma^2] + x^T S x (law of total variance)."""
+    res, x, _ = _blr_fit()
+    g = res.guide
+    xs = torch.linspace(-2, 2, 7, dtype=torch.float64).unsqueeze(-1).expand(7, 3).contiguous()
+    s = 20000
+    p = predict(res, xs, num_samples=s, sample_chunk=5000, seed=0)
+    cov = g.scale_tril @ g.scale_tril.T
+    mean = xs @ g.m
+    e_s2 = g.b / (g.a - 1)
+    var = e_s2 + ((xs @ cov) * xs).sum(-1)
+    # MC error of the mean of x^T w over s draws: sd sqrt(x^T S x / s)
+    se_mean = torch.sqrt(((xs @ cov) * xs).sum(-1) / s)
+    assert torch.all((p.mean - mean).abs() < 5 * se_mean + 1e-12)
+    assert torch.allclose(p.var, var, rtol=0.05)
+    assert p.loc.shape == (s, 7) and p.scale.shape == (s, 7)
+
+
+def test_chunking_over_data_does_not_change_draws():
+    res, x, y = _blr_fit()
+    a = predict(res, x, num_samples=30, sample_chunk=10, data_chunk=1000, seed=4, return_samples=True)
+    b = predict(res, x, num_samples=30, sample_chunk=10, data_chunk=7, seed=4, return_samples=True)
+    assert torch.equal(a.loc, b.loc) and torch.allclose(a.mean, b.mean) and torch.allclose(a.var, b.var)
+    assert not torch.equal(a.loc[:10], a.loc[10:20])  # chunks are different draws
+    ll1 = log_likelihood(res, x, y, num_samples=12, sample_chunk=6, data_chunk=1000, seed=1)
+    ll2 = log_likelihood(res, x, y, num_samples=12, sample_chunk=6, data_chunk=9, seed=1)
+    assert ll1.shape == (12, 80) and torch.allclose(ll1, ll2)
+
+
+def test_loglik_matches_gaussian_density_and_target_scaling():
+    res, x, y = _blr_fit()
+    res.config.update(y_mean=3.0, y_std=2.0)  # pretend the fit was on (y - 3) / 2
+    p = predict(res, x[:5], num_samples=4, seed=2)
+    ll = log_likelihood(res, x[:5], 3.0 + 2.0 * y[:5], num_samples=4, seed=2)
+    expected = torch.distributions.Normal(p.loc, p.scale).log_prob(3.0 + 2.0 * y[:5])
+    assert torch.allclose(ll, expected, atol=1e-10)
+    assert torch.allclose(p.mean, 3.0 + 2.0 * (x[:5] @ res.guide.m), atol=0.5)
+
+
+def test_large_input_is_chunked():
+    """A 10k x 784 test set with 100 draws: memory is bounded by chunk sizes, output shapes right."""
+    m, g, spec = build("mfvi-bnn", 784, 10, "multiclass", hidden=[20])
+    x = torch.rand(64, 784)
+    y = torch.randint(0, 10, (64,))
+    res = fit(m, g, x, y, steps=2, progress=False)
+    xt = torch.rand(10_000, 784)
+    p = predict(res, xt, num_samples=100, sample_chunk=25, data_chunk=2500, keep_draws=False)
+    assert p.probs.shape == (10_000, 10) and p.draw_probs is None
+    assert torch.allclose(p.probs.sum(-1), torch.ones(10_000), atol=1e-5)
+
+
+def test_binary_and_posterior_samples():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(50, 2, generator=g)
+    y = (x[:, 0] > 0).long()
+    m, gd, spec = build("mfvi-bnn", 2, 1, "binary", hidden=[4])
+    res = fit(m, gd, x, y, steps=100, lr=0.05, progress=False)
+    p = predict(res, x, num_samples=10, return_samples=True)
+    assert p.probs.shape == (50, 2) and set(p.samples.unique().tolist()) <= {0, 1}
+    draws = posterior_samples(res, 9)
+    assert draws["fc0.weight"].shape == (9, 4, 2) and draws["fc1.bias"].shape == (9, 1)
+    assert not any(k.endswith("_unconstrained") for k in draws)
+
+
+def test_predict_bad_input():
+    res, x, y = _blr_fit()
+    with pytest.raises(ValueError, match="features"):
+        predict(res, x[:, :2])
+    with pytest.raises(ValueError, match="x"):
+        predict(res, x[:, 0])
+    with pytest.raises(TypeError, match="x"):
+        predict(res, x.numpy())
+    bad = x.clone()
+    bad[1, 1] = math.inf
+    with pytest.raises(ValueError, match="NaN or inf"):
+        predict(res, bad)
+    with pytest.raises(ValueError, match="num_samples"):
+        predict(res, x, num_samples=0)
+    with pytest.raises(ValueError, match="device"):
+        predict(res, x.to("meta"))
+    with pytest.raises(ValueError, match="rows"):
+        log_likelihood(res, x, y[:3])

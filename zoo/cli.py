@@ -1,0 +1,192 @@
+"""Command line: ``zoo list`` | ``zoo fit MODEL --dataset NAME --out DIR`` | ``zoo reproduce NAME --out DIR``.
+
+Every argument is validated before anything is written; a bad argument is a usage error naming it
+(exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main", "build_parser"]
+
+
+def _threads(n: int | None) -> None:
+    import torch
+
+    if n is None:
+        env = os.environ.get("ZOO_NUM_THREADS")
+        n = int(env) if env and env.isdigit() and int(env) > 0 else 1
+    torch.set_num_threads(n)
+
+
+def _parse_splits(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    if not out or min(out) < 0:
+        raise ValueError
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the registered models")
+    f = sub.add_parser(
+        "fit",
+        help="fit a registered model on a dataset and write DIR/{metrics.json,posterior.nc,checkpoint.pt}",
+    )
+    f.add_argument("model")
+    f.add_argument(
+        "--dataset", required=True, help="diabetes, breast-cancer, digits, uci:<name>, mnist10k, ..."
+    )
+    f.add_argument("--split", type=int, default=0)
+    f.add_argument("--hidden", type=int, nargs="+", default=None, help="hidden widths, e.g. --hidden 50 50")
+    f.add_argument("--guide", default=None)
+    f.add_argument("--steps", type=int, default=None)
+    f.add_argument("--lr", type=float, default=None)
+    f.add_argument("--batch-size", type=int, default=None)
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--device", default=None, help="cpu (default, or ZOO_DEVICE) or cuda")
+    f.add_argument("--num-samples", type=int, default=100, help="posterior draws for prediction")
+    f.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default ZOO_NUM_THREADS, else 1: "
+        "the zoo's small networks run fastest single-threaded on a 2-core machine)",
+    )
+    f.add_argument("--data-dir", default=None, help="data root (default ZOO_DATA_DIR)")
+    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--out", required=True)
+    r = sub.add_parser(
+        "reproduce", help="run a paper protocol over splits; writes DIR/NAME.json and DIR/NAME.md"
+    )
+    r.add_argument("name")
+    r.add_argument("--out", required=True)
+    r.add_argument("--splits", default=None, help="e.g. 0-9 or 0,3,5 (default: the protocol's)")
+    r.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
+    r.add_argument("--steps", type=int, default=None, help="override the step budget (smoke runs)")
+    return p
+
+
+def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    from .data import DATASETS
+    from .registry import get_entry
+    from .validation import resolve_device
+
+    try:
+        entry = get_entry(a.model)
+    except ValueError as e:
+        parser.error(f"argument MODEL: {e}")
+    if a.guide is not None and a.guide not in entry.guides:
+        parser.error(f"argument --guide: {a.model} offers {list(entry.guides)}, not {a.guide!r}")
+    if a.dataset not in DATASETS and not a.dataset.startswith("uci:"):
+        parser.error(f"argument --dataset: unknown dataset {a.dataset!r}; valid: {', '.join(DATASETS)}")
+    if a.split < 0:
+        parser.error(f"argument --split: must be >= 0, got {a.split}")
+    for name in ("steps", "num_samples", "batch_size", "threads"):
+        v = getattr(a, name)
+        if v is not None and v <= 0:
+            parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
+    if a.hidden is not None and any(h <= 0 for h in a.hidden):
+        parser.error(f"argument --hidden: widths must be > 0, got {a.hidden}")
+    if a.lr is not None and not a.lr > 0:
+        parser.error(f"argument --lr: must be > 0, got {a.lr}")
+    try:
+        resolve_device(a.device)
+    except ValueError as e:
+        parser.error(f"argument --device: {e}")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a.command == "list":
+        from .registry import format_table
+
+        print(format_table())
+        return 0
+    if a.command == "fit":
+        _validate_fit(parser, a)
+        _threads(a.threads)
+        import pyro
+
+        from .data import load_dataset
+        from .jobs import fit_on_dataset, write_run
+
+        try:
+            ds = load_dataset(a.dataset, a.split, data_dir=a.data_dir)
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            parser.error(f"argument --dataset/--split: {e}")
+        pyro.enable_validation(False)
+        run = fit_on_dataset(
+            a.model,
+            ds,
+            split=a.split,
+            hidden=a.hidden,
+            guide=a.guide,
+            steps=a.steps,
+            lr=a.lr,
+            batch_size=a.batch_size,
+            seed=a.seed,
+            device=a.device,
+            progress=not a.no_progress,
+            num_samples=a.num_samples,
+        )
+        paths = write_run(run, a.out)
+        m = run.metrics
+        keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
+        print(
+            f"{m['model']}/{m['guide']} on {m['dataset']} split {m['split']} (n_train={m['n_train']}, "
+            f"n_test={m['n_test']}): "
+            + ", ".join(f"{k}={m[k]:.4g}" for k in keys)
+            + f", elbo={m['elbo']:.6g}, {m['fit_seconds']:.1f}s -> {paths['metrics'].parent}"
+        )
+        return 0
+    if a.command == "reproduce":
+        from .reproduce import PROTOCOLS, run_protocol
+
+        if a.name not in PROTOCOLS:
+            parser.error(
+                f"argument NAME: unknown protocol {a.name!r}; available: {', '.join(sorted(PROTOCOLS))}"
+            )
+        try:
+            splits = _parse_splits(a.splits)
+        except ValueError:
+            parser.error(f"argument --splits: expected e.g. 0-9 or 0,3,5, got {a.splits!r}")
+        if a.jobs <= 0:
+            parser.error(f"argument --jobs: must be > 0, got {a.jobs}")
+        if a.steps is not None and a.steps <= 0:
+            parser.error(f"argument --steps: must be > 0, got {a.steps}")
+        if os.path.exists(a.out) and not os.path.isdir(a.out):
+            parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+        cmd = "zoo " + " ".join(sys.argv[1:]) if argv is None else "zoo " + " ".join(argv)
+        run_protocol(
+            a.name,
+            a.out,
+            splits=splits,
+            jobs=a.jobs,
+            command=cmd,
+            overrides={"steps": a.steps} if a.steps else None,
+        )
+        return 0
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

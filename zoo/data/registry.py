@@ -1,0 +1,198 @@
+"""Name-based access to every dataset of the zoo: :func:`load_dataset`.
+
+============================  ==========  ================================================================
+name                          task        protocol (``split`` = K)
+============================  ==========  ================================================================
+``diabetes``                  regression  sklearn, random 90/10 split, seed K
+``breast-cancer``             binary      sklearn, random 90/10 split, seed K
+``digits``                    multiclass  sklearn, random 90/10 split, seed K
+``uci:<folder or alias>``     regression  HL&A 2015 split files (airfoil: random 90/10, seed K)
+``mnist10k``, ``kmnist10k``   multiclass  fixed 8000/2000 re-split of t10k; only ``split=0``; pixels / 255
+``toy-bowtie``                regression  N = 300 drawn once (seed 0), random 90/10, seed K (note 000 §4.2)
+``toy-hs``                    regression  cubic toy, 100 train / 400 test drawn with seed K (note 004 §7.2)
+``toy-hs-221``                binary      2-2-1 network labels, N = 1000 (seed 0), random 90/10, seed K
+``toy-sinusoid``              regression  200 train / 1000 test drawn with seed K (note 004 §7.9)
+``logistic-sim``              binary      our correlated generator, N = 2000 (seed 0), random 90/10, seed K
+============================  ==========  ================================================================
+
+Synthetic data sets drawn once (``toy-bowtie``, ``toy-hs-221``, ``logistic-sim``) keep the same data for every
+split, as the papers do (10 random splits of the same data, note 000 §4.1; 100 fits to the same data,
+note 003 §4.1). ``standardize`` applies train-statistics standardisation to x for every set except the
+images (pixels are only divided by 255).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from zoo.data import embedded, images, synthetic
+from zoo.data.core import Dataset, check_split, from_arrays, random_split
+from zoo.data.uci import UCI_FOLDERS, load_uci
+
+__all__ = ["DATASETS", "load_dataset"]
+
+_TOY_DATA_SEED = 0  # synthetic sets drawn once: the data seed; the split seed is `split`
+
+DATASETS: tuple[str, ...] = (
+    "diabetes",
+    "breast-cancer",
+    "digits",
+    *(f"uci:{folder}" for folder in UCI_FOLDERS),
+    "mnist10k",
+    "kmnist10k",
+    "toy-bowtie",
+    "toy-hs",
+    "toy-hs-221",
+    "toy-sinusoid",
+    "logistic-sim",
+)
+
+
+def _random_split_dataset(
+    name: str,
+    task: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    split: int,
+    standardize: bool,
+    n_classes: int | None,
+    meta: dict,
+) -> Dataset:
+    tr, te = random_split(x.shape[0], seed=split)
+    meta = {
+        **meta,
+        "protocol": meta["protocol"] + f"; random 90/10 split np.random.default_rng({split})",
+        "train_index": tr,
+        "test_index": te,
+    }
+    return from_arrays(
+        name,
+        task,
+        x[tr],
+        y[tr],
+        x[te],
+        y[te],
+        standardize_x=standardize,
+        split=split,
+        n_classes=n_classes,
+        meta=meta,
+    )
+
+
+def _toy_bowtie(split: int, standardize: bool) -> Dataset:
+    x, y = synthetic.make_bowtie_toy(n=300, seed=_TOY_DATA_SEED)
+    meta = {
+        "source": "zoo.data.synthetic.make_bowtie_toy",
+        "noise_var": 0.5,
+        "protocol": f"N=300 drawn with seed {_TOY_DATA_SEED} (note 000 §4.2)",
+    }
+    return _random_split_dataset("toy-bowtie", "regression", x, y, split, standardize, None, meta)
+
+
+def _toy_hs(split: int, standardize: bool) -> Dataset:
+    xtr, ytr, xte, yte = synthetic.make_cubic_toy(n_train=100, n_test=400, seed=split)
+    meta = {
+        "source": "zoo.data.synthetic.make_cubic_toy",
+        "noise_var": 9.0,
+        "protocol": f"cubic toy, 100 train / 400 test drawn i.i.d. with seed {split} (note 004 §7.2)",
+    }
+    return from_arrays(
+        "toy-hs", "regression", xtr, ytr, xte, yte, standardize_x=standardize, split=split, meta=meta
+    )
+
+
+def _toy_221(split: int, standardize: bool) -> Dataset:
+    x, y, weights = synthetic.make_221_toy(n=1000, seed=_TOY_DATA_SEED)
+    meta = {
+        "source": "zoo.data.synthetic.make_221_toy",
+        "weights": weights,
+        "protocol": f"2-2-1 network labels, N=1000 drawn with seed {_TOY_DATA_SEED} (note 004 §7.3)",
+    }
+    return _random_split_dataset("toy-hs-221", "binary", x, y, split, standardize, 2, meta)
+
+
+def _toy_sinusoid(split: int, standardize: bool) -> Dataset:
+    x, y = synthetic.make_sinusoid_toy(n=1200, seed=split)
+    meta = {
+        "source": "zoo.data.synthetic.make_sinusoid_toy",
+        "noise_var": 0.1,
+        "protocol": f"sinusoid, 200 train / 1000 test drawn i.i.d. with seed {split} (note 004 §7.9)",
+    }
+    return from_arrays(
+        "toy-sinusoid",
+        "regression",
+        x[:200],
+        y[:200],
+        x[200:],
+        y[200:],
+        standardize_x=standardize,
+        split=split,
+        meta=meta,
+    )
+
+
+def _logistic_sim(split: int, standardize: bool) -> Dataset:
+    x, y, beta = synthetic.make_logistic_selection(n=2000, seed=_TOY_DATA_SEED)
+    meta = {
+        "source": "zoo.data.synthetic.make_logistic_selection",
+        "beta_true": beta,
+        "intercept": synthetic.LOGISTIC_INTERCEPT,
+        "support": synthetic.LOGISTIC_SUPPORT,
+        "protocol": (
+            f"our correlated logistic generator (not the paper's sim3 file), N=2000 drawn with seed "
+            f"{_TOY_DATA_SEED} (note 003 §4.1); beta_true refers to the unstandardised columns"
+        ),
+    }
+    return _random_split_dataset("logistic-sim", "binary", x, y, split, standardize, 2, meta)
+
+
+def _images(name: str, split: int, data_dir: str | Path | None) -> Dataset:
+    check_split(split, 1)
+    return images.load_mnist_like(name, subset="10k", data_dir=data_dir)
+
+
+_SPLIT_LOADERS: dict[str, Callable[[int, bool], Dataset]] = {
+    "diabetes": lambda s, std: embedded.load_diabetes(s, standardize=std),
+    "breast-cancer": lambda s, std: embedded.load_breast_cancer(s, standardize=std),
+    "digits": lambda s, std: embedded.load_digits(s, standardize=std),
+    "toy-bowtie": _toy_bowtie,
+    "toy-hs": _toy_hs,
+    "toy-hs-221": _toy_221,
+    "toy-sinusoid": _toy_sinusoid,
+    "logistic-sim": _logistic_sim,
+}
+
+
+def load_dataset(
+    name: str, split: int = 0, *, data_dir: str | Path | None = None, standardize: bool = True
+) -> Dataset:
+    """Load split ``split`` of dataset ``name`` (see the module table and :data:`DATASETS`).
+
+    Args:
+        name: a name from :data:`DATASETS`; UCI sets also by alias, e.g. ``"uci:boston"``.
+        split: non-negative int; see the table for its meaning per dataset.
+        data_dir: data root for UCI and image sets (default ``$ZOO_DATA_DIR``).
+        standardize: standardise x with train statistics (ignored for the image sets).
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the valid names) or ``split`` out of range.
+        TypeError: ``name`` is not a str or ``split`` is not an int.
+        FileNotFoundError: the data root or a file is missing (UCI and image sets).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    split = check_split(split)
+    key = name.strip()
+    if key.startswith("uci:"):
+        return load_uci(key[len("uci:") :], split, data_dir=data_dir, standardize=standardize)
+    if key in ("mnist10k", "kmnist10k"):
+        return _images(key[: -len("10k")], split, data_dir)
+    if key in _SPLIT_LOADERS:
+        return _SPLIT_LOADERS[key](split, standardize)
+    raise ValueError(
+        f"unknown dataset name={name!r}; valid names: {', '.join(DATASETS)} "
+        "(UCI sets also as uci:<alias>, e.g. uci:boston)"
+    )
