@@ -159,11 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if a.command == "reproduce":
-        from .reproduce import PROTOCOLS, run_protocol
+        from .reproduce import available_protocols, run_protocol
 
-        if a.name not in PROTOCOLS:
+        if a.name not in available_protocols():
             parser.error(
-                f"argument NAME: unknown protocol {a.name!r}; available: {', '.join(sorted(PROTOCOLS))}"
+                f"argument NAME: unknown protocol {a.name!r}; available: {', '.join(available_protocols())}"
             )
         try:
             splits = _parse_splits(a.splits)

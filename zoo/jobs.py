@@ -71,7 +71,8 @@ def evaluate(
         out["ece"] = metrics.ece(y, probs, n_bins=10)
     sparsity = getattr(result.guide, "sparsity_report", None)
     if callable(sparsity):
-        out["density"] = float(sparsity(result.model)["density"])
+        with result.activate():
+            out["density"] = float(sparsity(result.model).density)
     return out, pred
 
 

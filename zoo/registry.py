@@ -6,7 +6,8 @@ An entry's ``build(in_features, out_features, task, hidden, **options)`` returns
 dict ``{"model", "guide", "in_features", "out_features", "task", "hidden", "options"}`` — is what
 checkpoints store to rebuild a fit (:func:`build_from_spec`).
 
-Adding a model is one call to :func:`register` in the module that defines it.
+Adding a model: put a module in :mod:`zoo.models` that calls :func:`register` (and, for paper protocols,
+:func:`zoo.reproduce.register_protocol`); it is discovered on first use, no central list to edit.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from guides.autoguides import make_autoguide
-from guides.conjugate import LinearRegressionCAVIGuide
-
-from .architectures import MLP
-from .likelihoods import GaussianLikelihood, make_likelihood
 from .model import BayesianModel
-from .priors.gaussian import GaussianPrior
 
-__all__ = ["ModelEntry", "register", "get_entry", "available", "build", "build_from_spec", "format_table"]
+__all__ = [
+    "ModelEntry",
+    "register",
+    "get_entry",
+    "available",
+    "build",
+    "build_from_spec",
+    "format_table",
+    "load_plugins",
+]
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,22 @@ class ModelEntry:
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
+_LOADED = False
+
+
+def load_plugins() -> None:
+    """Import every module of :mod:`zoo.models`; each registers its entries (and protocols) on import."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    import importlib
+    import pkgutil
+
+    from . import models
+
+    for mod in sorted(pkgutil.iter_modules(models.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{models.__name__}.{mod.name}")
 
 
 def register(entry: ModelEntry) -> ModelEntry:
@@ -54,12 +74,14 @@ def register(entry: ModelEntry) -> ModelEntry:
 
 
 def available() -> list[str]:
+    load_plugins()
     return sorted(_REGISTRY)
 
 
 def get_entry(name: str) -> ModelEntry:
     if not isinstance(name, str):
         raise TypeError(f"model name must be a string, got {type(name).__name__}")
+    load_plugins()
     if name not in _REGISTRY:
         raise ValueError(f"model: unknown model {name!r}; available: {', '.join(available())}")
     return _REGISTRY[name]
@@ -111,6 +133,7 @@ def build_from_spec(spec: dict):
 
 
 def format_table() -> str:
+    load_plugins()
     rows = []
     for name in available():
         e = _REGISTRY[name]
@@ -121,73 +144,3 @@ def format_table() -> str:
         for ref in e.references:
             rows.append(f"{'':<14} ref: {ref}")
     return "\n".join(rows)
-
-
-# --- built-in entries -------------------------------------------------------------------------------
-
-
-def _mfvi_build(
-    in_features,
-    out_features,
-    task,
-    hidden,
-    weight_scale=1.0,
-    bias_scale=1.0,
-    fan_in_scaling=False,
-    noise_concentration=2.0,
-    noise_rate=0.5,
-):
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
-    prior = GaussianPrior(weight_scale, bias_scale, fan_in_scaling)
-    if task == "regression":
-        lik = GaussianLikelihood("inverse_gamma", noise_concentration, noise_rate, out_features=out_features)
-    else:
-        lik = make_likelihood(task, out_features)
-    return BayesianModel(arch, prior, lik)
-
-
-def _autoguide(name: str) -> Callable:
-    return lambda model: make_autoguide(name, model)
-
-
-register(
-    ModelEntry(
-        name="mfvi-bnn",
-        summary="Gaussian-prior MLP BNN, mean-field Gaussian guide (the mfVI / Bayes-by-backprop baseline)",
-        build=_mfvi_build,
-        guides={g: _autoguide(g) for g in ("normal", "lowrank", "diagonal", "mvn", "delta")},
-        fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
-        references=(
-            "Blundell et al. 2015, Weight Uncertainty in Neural Networks (ICML)",
-            "paper 000 App. D.2 'mfVI' baseline; paper 002 'MF-VI'",
-        ),
-    )
-)
-
-
-def _blr_build(
-    in_features, out_features, task, hidden, weight_scale=1.0, noise_concentration=2.0, noise_rate=1.0
-):
-    if hidden:
-        raise ValueError("hidden: blr-cavi is a linear model; use hidden=()")
-    if out_features != 1:
-        raise ValueError("out_features: blr-cavi has a single output")
-    return BayesianModel(
-        MLP(in_features, (), 1, bias=False),
-        GaussianPrior(weight_scale),
-        GaussianLikelihood("inverse_gamma", noise_concentration, noise_rate),
-    )
-
-
-register(
-    ModelEntry(
-        name="blr-cavi",
-        summary="Bayesian linear regression, Normal weights, inverse-gamma noise, full-batch mean-field CAVI",
-        build=_blr_build,
-        guides={"cavi": LinearRegressionCAVIGuide, "normal": _autoguide("normal")},
-        fit_defaults={"steps": 200, "tol": 1e-10, "batch_size": None},
-        references=("Bishop 2006 §10.1.3; Ormerod & Wand 2010, Explaining Variational Approximations",),
-        tasks=("regression",),
-        default_hidden=(),
-    )
-)

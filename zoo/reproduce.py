@@ -21,7 +21,7 @@ import torch
 
 from .jobs import dumps_json, fit_on_dataset
 
-__all__ = ["Protocol", "RunSpec", "PROTOCOLS", "register_protocol", "run_protocol"]
+__all__ = ["Protocol", "RunSpec", "PROTOCOLS", "available_protocols", "register_protocol", "run_protocol"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,13 @@ class Protocol:
 
 
 PROTOCOLS: dict[str, Protocol] = {}
+
+
+def available_protocols() -> list[str]:
+    from .registry import load_plugins
+
+    load_plugins()
+    return sorted(PROTOCOLS)
 
 
 def register_protocol(p: Protocol) -> Protocol:
@@ -124,8 +131,10 @@ def run_protocol(
     """Run protocol ``name`` and write ``NAME.json`` / ``NAME.md`` atomically into ``out_dir``."""
     from .checkpoint import atomic_write_bytes
 
-    if name not in PROTOCOLS:
-        raise ValueError(f"protocol: unknown protocol {name!r}; available: {', '.join(sorted(PROTOCOLS))}")
+    if name not in available_protocols():
+        raise ValueError(
+            f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
+        )
     p = PROTOCOLS[name]
     specs = p.runs(splits)
     if overrides:
@@ -173,51 +182,3 @@ def run_protocol(
     atomic_write_bytes(out / f"{name}.json", dumps_json(doc).encode())
     atomic_write_bytes(out / f"{name}.md", _markdown(p, summary, header).encode())
     return doc
-
-
-# --- built-in protocols -------------------------------------------------------------------------------
-
-UCI8 = ("boston", "concrete", "energy", "yacht", "wine", "kin8nm", "power", "naval")
-UCI_FOLDER = {
-    "boston": "bostonHousing",
-    "concrete": "concrete",
-    "energy": "energy",
-    "yacht": "yacht",
-    "wine": "wine-quality-red",
-    "kin8nm": "kin8nm",
-    "power": "power-plant",
-    "naval": "naval-propulsion-plant",
-}
-
-
-def _mfvi_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
-    splits = list(range(10)) if splits is None else list(splits)
-    return [
-        RunSpec("mfvi-bnn", "mfvi-bnn", f"uci:{UCI_FOLDER[d]}", k, {"hidden": [50]})
-        for d in UCI8
-        for k in splits
-    ]
-
-
-register_protocol(
-    Protocol(
-        name="mfvi-uci",
-        description=(
-            "mfvi-bnn (Gaussian N(0,1) prior, AutoNormal mean-field guide), one hidden layer of 50 ReLU "
-            "units, "
-            "UCI standard splits (Hernández-Lobato & Adams 2015), inputs and targets standardized on train, "
-            "metrics on the original scale from 100 posterior draws; 5000 Adam steps (lr 1e-2), batch 512."
-        ),
-        runs=_mfvi_uci_runs,
-        metrics=("rmse", "nll", "coverage95"),
-        paper={
-            ("mfvi-bnn", "uci:yacht"): {"rmse": 1.61, "nll": 1.96, "coverage": 0.96},
-            ("mfvi-bnn", "uci:bostonHousing"): {"rmse": 3.29, "nll": 2.61, "coverage": 0.96},
-            ("mfvi-bnn", "uci:energy"): {"rmse": 2.27, "nll": 2.28, "coverage": 0.95},
-            ("mfvi-bnn", "uci:concrete"): {"rmse": 6.11, "nll": 3.57, "coverage": 0.8},
-        },
-        paper_source=(
-            "note 000 Table 4, mfVI row (10 random 90/10 splits, NumPyro ADVI; not the standard splits)"
-        ),
-    )
-)
