@@ -18,8 +18,12 @@ def test_notebook_executes(path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("ZOO_NUM_THREADS", "1")
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"
+    ]
     assert not errors
 
 
