@@ -14,6 +14,7 @@ to it.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -211,7 +212,7 @@ def log_likelihood(
         for s, r, f, latents, _ in iter_draws(result, x, num_samples, sample_chunk, data_chunk):
             if lik.task == "regression":
                 yr = (y[r] - mu) / sd
-                ll = lik.log_likelihood(f, yr, latents) - (lik.out_features * torch.log(torch.tensor(sd)))
+                ll = lik.log_likelihood(f, yr, latents) - lik.out_features * math.log(sd)
             else:
                 ll = lik.log_likelihood(f, y[r], latents)
             out[s, r] = ll
