@@ -33,6 +33,7 @@ __all__ = [
     "data_root",
     "from_arrays",
     "random_split",
+    "random_split_dataset",
     "standardize",
 ]
 
@@ -302,4 +303,39 @@ def from_arrays(
         y_mean=y_mean,
         y_std=y_std,
         meta=dict(meta or {}),
+    )
+
+
+def random_split_dataset(
+    name: str,
+    task: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    split: int,
+    *,
+    standardize: bool = True,
+    n_classes: int | None = None,
+    meta: dict | None = None,
+) -> Dataset:
+    """A :class:`Dataset` from full arrays with the seeded random 90/10 split of :func:`random_split`.
+
+    ``meta["protocol"]`` (if given) is extended with the split rule; train/test indices are recorded.
+    """
+    split = check_split(split)
+    tr, te = random_split(x.shape[0], seed=split)
+    meta = dict(meta or {})
+    rule = f"seeded random 90/10 split, np.random.default_rng({split}).permutation, first round(0.9 N) train"
+    meta["protocol"] = f"{meta['protocol']}; {rule}" if meta.get("protocol") else rule
+    meta.update(train_index=tr, test_index=te)
+    return from_arrays(
+        name,
+        task,
+        x[tr],
+        y[tr],
+        x[te],
+        y[te],
+        standardize_x=standardize,
+        split=split,
+        n_classes=n_classes,
+        meta=meta,
     )

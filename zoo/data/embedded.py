@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-import numpy as np
-
-from zoo.data.core import Dataset, check_split, from_arrays, random_split
+from zoo.data.core import Dataset, random_split_dataset
 
 __all__ = ["load_breast_cancer", "load_diabetes", "load_digits"]
 
@@ -25,66 +23,32 @@ def _skd():  # scikit-learn is imported lazily: importing it costs ~3 s
     return importlib.import_module("sklearn.datasets")
 
 
-def _protocol(split: int) -> str:
-    return (
-        f"no standard split: seeded random 90/10 split, np.random.default_rng({split}).permutation, "
-        "first round(0.9 N) rows train"
-    )
-
-
-def _split_dataset(
-    name: str,
-    task: str,
-    x: np.ndarray,
-    y: np.ndarray,
-    split: int,
-    standardize: bool,
-    n_classes: int | None,
-    source: str,
-) -> Dataset:
-    split = check_split(split)
-    tr, te = random_split(x.shape[0], seed=split)
-    return from_arrays(
-        name,
-        task,
-        x[tr],
-        y[tr],
-        x[te],
-        y[te],
-        standardize_x=standardize,
-        split=split,
-        n_classes=n_classes,
-        meta={"source": source, "protocol": _protocol(split), "train_index": tr, "test_index": te},
-    )
-
-
 def load_diabetes(split: int = 0, standardize: bool = True) -> Dataset:
     """Diabetes regression (442 x 10), raw inputs and targets; random 90/10 split with seed ``split``."""
     bunch = _skd().load_diabetes(scaled=False)
-    return _split_dataset(
+    return random_split_dataset(
         "diabetes",
         "regression",
         bunch.data,
         bunch.target,
         split,
-        standardize,
-        None,
-        "sklearn.datasets.load_diabetes(scaled=False)",
+        standardize=standardize,
+        meta={"source": "sklearn.datasets.load_diabetes(scaled=False)", "protocol": "no standard split"},
     )
 
 
 def load_breast_cancer(split: int = 0, standardize: bool = True) -> Dataset:
     """WDBC binary classification (569 x 30; 0 = malignant, 1 = benign); random 90/10 split, seed K."""
     bunch = _skd().load_breast_cancer()
-    return _split_dataset(
+    return random_split_dataset(
         "breast-cancer",
         "binary",
         bunch.data,
         bunch.target,
         split,
-        standardize,
-        2,
-        "sklearn.datasets.load_breast_cancer()",
+        standardize=standardize,
+        n_classes=2,
+        meta={"source": "sklearn.datasets.load_breast_cancer()", "protocol": "no standard split"},
     )
 
 
@@ -94,13 +58,13 @@ def load_digits(split: int = 0, standardize: bool = True) -> Dataset:
     With ``standardize=True`` the always-zero border pixels are constant columns and get std 1 (no NaN).
     """
     bunch = _skd().load_digits()
-    return _split_dataset(
+    return random_split_dataset(
         "digits",
         "multiclass",
         bunch.data,
         bunch.target,
         split,
-        standardize,
-        10,
-        "sklearn.datasets.load_digits()",
+        standardize=standardize,
+        n_classes=10,
+        meta={"source": "sklearn.datasets.load_digits()", "protocol": "no standard split"},
     )

@@ -26,10 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from zoo.data import embedded, images, synthetic
-from zoo.data.core import Dataset, check_split, from_arrays, random_split
+from zoo.data.core import Dataset, check_split, from_arrays, random_split_dataset
 from zoo.data.uci import UCI_FOLDERS, load_uci
 
 __all__ = ["DATASETS", "load_dataset"]
@@ -51,37 +49,6 @@ DATASETS: tuple[str, ...] = (
 )
 
 
-def _random_split_dataset(
-    name: str,
-    task: str,
-    x: np.ndarray,
-    y: np.ndarray,
-    split: int,
-    standardize: bool,
-    n_classes: int | None,
-    meta: dict,
-) -> Dataset:
-    tr, te = random_split(x.shape[0], seed=split)
-    meta = {
-        **meta,
-        "protocol": meta["protocol"] + f"; random 90/10 split np.random.default_rng({split})",
-        "train_index": tr,
-        "test_index": te,
-    }
-    return from_arrays(
-        name,
-        task,
-        x[tr],
-        y[tr],
-        x[te],
-        y[te],
-        standardize_x=standardize,
-        split=split,
-        n_classes=n_classes,
-        meta=meta,
-    )
-
-
 def _toy_bowtie(split: int, standardize: bool) -> Dataset:
     x, y = synthetic.make_bowtie_toy(n=300, seed=_TOY_DATA_SEED)
     meta = {
@@ -89,7 +56,9 @@ def _toy_bowtie(split: int, standardize: bool) -> Dataset:
         "noise_var": 0.5,
         "protocol": f"N=300 drawn with seed {_TOY_DATA_SEED} (note 000 §4.2)",
     }
-    return _random_split_dataset("toy-bowtie", "regression", x, y, split, standardize, None, meta)
+    return random_split_dataset(
+        "toy-bowtie", "regression", x, y, split, standardize=standardize, n_classes=None, meta=meta
+    )
 
 
 def _toy_hs(split: int, standardize: bool) -> Dataset:
@@ -111,7 +80,9 @@ def _toy_221(split: int, standardize: bool) -> Dataset:
         "weights": weights,
         "protocol": f"2-2-1 network labels, N=1000 drawn with seed {_TOY_DATA_SEED} (note 004 §7.3)",
     }
-    return _random_split_dataset("toy-hs-221", "binary", x, y, split, standardize, 2, meta)
+    return random_split_dataset(
+        "toy-hs-221", "binary", x, y, split, standardize=standardize, n_classes=2, meta=meta
+    )
 
 
 def _toy_sinusoid(split: int, standardize: bool) -> Dataset:
@@ -146,7 +117,9 @@ def _logistic_sim(split: int, standardize: bool) -> Dataset:
             f"{_TOY_DATA_SEED} (note 003 §4.1); beta_true refers to the unstandardised columns"
         ),
     }
-    return _random_split_dataset("logistic-sim", "binary", x, y, split, standardize, 2, meta)
+    return random_split_dataset(
+        "logistic-sim", "binary", x, y, split, standardize=standardize, n_classes=2, meta=meta
+    )
 
 
 def _images(name: str, split: int, data_dir: str | Path | None) -> Dataset:
