@@ -66,6 +66,10 @@ def test_fit_classification_keys(tmp_path):
                 "40",
                 "--hidden",
                 "8",
+                "--option",
+                "weight_scale=0.5",
+                "--option",
+                "fan_in_scaling=true",
                 "--num-samples",
                 "10",
                 "--no-progress",
@@ -77,6 +81,8 @@ def test_fit_classification_keys(tmp_path):
     )
     m = json.loads((out / "metrics.json").read_text())
     assert FIT_KEYS | {"accuracy", "nll", "ece"} <= set(m) and 0 <= m["accuracy"] <= 1
+    ckpt = __import__("torch").load(out / "checkpoint.pt", weights_only=False)
+    assert ckpt["spec"]["options"] == {"weight_scale": 0.5, "fan_in_scaling": True}
 
 
 @pytest.mark.parametrize(
@@ -92,6 +98,9 @@ def test_fit_classification_keys(tmp_path):
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--guide", "flow"], "--guide"),
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--device", "tpu9"], "--device"),
         (["fit", "mfvi-bnn", "--dataset", "mnist10k", "--split", "3"], "split"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--option", "no_such_option=1"], "--option"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--option", "weight_scale"], "--option"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--option", "weight_scale=-1"], "--option"),
         (["reproduce", "nope"], "NAME"),
         (["reproduce", "mfvi-uci", "--splits", "a-b"], "--splits"),
         (["reproduce", "mfvi-uci", "--jobs", "0"], "--jobs"),

@@ -103,3 +103,35 @@ def test_predict_bad_input():
         predict(res, x.to("meta"))
     with pytest.raises(ValueError, match="rows"):
         log_likelihood(res, x, y[:3])
+
+
+def test_custom_guide_predictive_gets_kwargs_and_target_scaling():
+    from zoo.predict import Predictions
+
+    res, x, _ = _blr_fit()
+
+    class Wrapped(type(res.guide)):
+        def predictive(self, model, x, num_samples, mode="a"):
+            loc = (x @ self.m).expand(num_samples, -1)
+            return Predictions(
+                "regression",
+                mean=loc[0],
+                var=torch.ones(len(x), dtype=x.dtype),
+                loc=loc,
+                scale=torch.ones_like(loc),
+                extras={"mode": mode},
+            )
+
+    g = Wrapped(res.model).double()
+    g.load_state_dict(res.guide.state_dict())
+    res.guide = g
+    res.config.update(y_mean=1.0, y_std=3.0)
+    p = predict(res, x[:4], num_samples=2, mode="b")
+    assert p.extras["mode"] == "b"
+    assert torch.allclose(p.mean, 1.0 + 3.0 * (x[:4] @ g.m)) and torch.allclose(
+        p.var, torch.full((4,), 9.0, dtype=x.dtype)
+    )
+    assert torch.allclose(p.scale, torch.full((2, 4), 3.0, dtype=x.dtype))
+    with pytest.raises(TypeError, match="unexpected"):
+        res.guide = type(res.guide).__mro__[1](res.model).double()
+        predict(res, x[:4], mode="b")

@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the zoo's small networks run fastest single-threaded on a 2-core machine)",
     )
     f.add_argument("--data-dir", default=None, help="data root (default ZOO_DATA_DIR)")
+    f.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model builder option (repeatable), e.g. --option regularized=true; values parse as JSON",
+    )
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--out", required=True)
     r = sub.add_parser(
@@ -80,6 +87,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
     r.add_argument("--steps", type=int, default=None, help="override the step budget (smoke runs)")
     return p
+
+
+def _parse_options(items: Sequence[str]) -> dict:
+    import json
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(item)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
 
 
 def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
@@ -111,6 +133,10 @@ def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Non
         parser.error(f"argument --device: {e}")
     if os.path.exists(a.out) and not os.path.isdir(a.out):
         parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+    try:
+        a.options = _parse_options(a.option)
+    except ValueError as e:
+        parser.error(f"argument --option: expected KEY=VALUE, got {e.args[0]!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,6 +159,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             ds = load_dataset(a.dataset, a.split, data_dir=a.data_dir)
         except (ValueError, TypeError, FileNotFoundError) as e:
             parser.error(f"argument --dataset/--split: {e}")
+        from .registry import build
+
+        try:  # builder options are checked by building once, before anything is fitted or written
+            build(
+                a.model, ds.in_features, ds.out_features, ds.task, hidden=a.hidden, guide=a.guide, **a.options
+            )
+        except (TypeError, ValueError) as e:
+            parser.error(f"argument --option/--hidden: {e}")
         pyro.enable_validation(False)
         run = fit_on_dataset(
             a.model,
@@ -147,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             device=a.device,
             progress=not a.no_progress,
             num_samples=a.num_samples,
+            options=a.options,
         )
         paths = write_run(run, a.out)
         m = run.metrics

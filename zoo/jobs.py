@@ -106,7 +106,8 @@ def fit_on_dataset(
     bs = batch_size if batch_size is not None else d.get("batch_size")
     if bs is not None and bs >= ds.n_train:
         bs = None
-    result = fit(
+    fitter = entry.fit_fn or fit
+    result = fitter(
         m,
         g,
         xtr,
@@ -136,7 +137,10 @@ def fit_on_dataset(
         "seed": seed,
         **scores,
     }
-    return RunOutput(result, ds, info, pred)
+    run = RunOutput(result, ds, info, pred)
+    if entry.extra_metrics is not None:
+        info.update(entry.extra_metrics(run))
+    return run
 
 
 def _json_default(o):

@@ -14,6 +14,7 @@ to it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -119,6 +120,16 @@ def _target_scale(result) -> tuple[float, float]:
     return float(result.config.get("y_mean", 0.0)), float(result.config.get("y_std", 1.0))
 
 
+def _rescaled(p: Predictions, mu: float, sd: float) -> Predictions:
+    """Map a regression :class:`Predictions` from the standardized to the original target scale."""
+    if p.task != "regression" or (mu == 0.0 and sd == 1.0):
+        return p
+    shift = {k: getattr(p, k) * sd + mu for k in ("mean", "loc", "samples") if getattr(p, k) is not None}
+    scale = {k: getattr(p, k) * sd for k in ("scale",) if getattr(p, k) is not None}
+    var = {"var": p.var * sd**2} if p.var is not None else {}
+    return dataclasses.replace(p, **shift, **scale, **var)
+
+
 def predict(
     result,
     x: Tensor,
@@ -129,24 +140,30 @@ def predict(
     keep_draws: bool = True,
     return_samples: bool = False,
     seed: int | None = None,
+    **predictive_kwargs,
 ) -> Predictions:
     """Posterior predictive of a fit at inputs ``x`` (on the fit's device).
 
     Regression: mean, variance (law of total variance over draws: ``E[sigma^2] + Var[f]``), per-draw
     locations/scales and optional joint samples.  Classification: model-averaged class probabilities.
+    ``predictive_kwargs`` (e.g. ``mode="mpm"``) go to a guide's own ``predictive`` method; results of
+    such a method are mapped to the original target scale here, like the generic path's.
     """
     _check_x(result, x)
     num_samples = check_positive_int("num_samples", num_samples)
     sample_chunk = check_positive_int("sample_chunk", sample_chunk)
     data_chunk = check_positive_int("data_chunk", data_chunk)
     guide = result.guide
+    mu, sd = _target_scale(result)
     if hasattr(guide, "predictive"):
-        with _seeded(seed):
-            return guide.predictive(result.model, x, num_samples=num_samples)
+        with _seeded(seed), result.activate():
+            out = guide.predictive(result.model, x, num_samples=num_samples, **predictive_kwargs)
+        return _rescaled(out, mu, sd)
+    if predictive_kwargs:
+        raise TypeError(f"predict() got unexpected arguments {sorted(predictive_kwargs)} for this guide")
     lik = result.model.likelihood
     task = lik.task
     n = x.shape[0]
-    mu, sd = _target_scale(result)
     with _seeded(seed):
         if task == "regression":
             out_shape = (n,) if lik.out_features == 1 else (n, lik.out_features)

@@ -39,6 +39,10 @@ class ModelEntry:
     references: Sequence[str] = ()
     tasks: Sequence[str] = ("regression", "binary", "multiclass")
     default_hidden: Sequence[int] = (50,)
+    # Optional hooks: a fit function with :func:`zoo.inference.fit`'s signature (multi-stage schedules,
+    # per-group learning rates), and extra metrics computed from a finished :class:`zoo.jobs.RunOutput`.
+    fit_fn: Callable | None = None
+    extra_metrics: Callable | None = None
 
     @property
     def default_guide(self) -> str:
