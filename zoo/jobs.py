@@ -28,7 +28,7 @@ from .predict import Predictions, predict
 from .registry import build, get_entry
 from .validation import resolve_device
 
-__all__ = ["RunOutput", "fit_on_dataset", "evaluate", "write_run"]
+__all__ = ["RunOutput", "fit_on_dataset", "evaluate", "train_set_metrics", "write_run"]
 
 
 @dataclass
@@ -92,6 +92,7 @@ def fit_on_dataset(
     num_samples: int = 100,
     data_dir: str | os.PathLike | None = None,
     options: dict | None = None,
+    train_metrics: bool = False,
 ) -> RunOutput:
     """Load ``dataset``, build registry ``model``, fit with the entry's defaults (overridable), evaluate."""
     entry = get_entry(model)
@@ -138,9 +139,23 @@ def fit_on_dataset(
         **scores,
     }
     run = RunOutput(result, ds, info, pred)
+    if train_metrics:
+        info.update(train_set_metrics(run, num_samples=num_samples))
     if entry.extra_metrics is not None:
         info.update(entry.extra_metrics(run))
     return run
+
+
+def train_set_metrics(run: RunOutput, num_samples: int = 100) -> dict:
+    """Training-set metrics (``train_<metric>``) and the under-fitting gap ``nll_gap = nll - train_nll``
+    (paper 002 §9.3), from the same predictive as the test metrics."""
+    xtr, ytr, _, _ = run.dataset.tensors(device=run.result.device)
+    scores, _ = evaluate(
+        run.result, run.dataset, xtr, ytr, num_samples=num_samples, seed=int(run.metrics["seed"])
+    )
+    out = {f"train_{k}": v for k, v in scores.items() if k not in ("density", "nll_mixture")}
+    out["nll_gap"] = run.metrics["nll"] - out["train_nll"]
+    return out
 
 
 def _json_default(o):

@@ -1,0 +1,120 @@
+"""Seconds per epoch of the mean-field LBBNN on mnist10k: the zoo (Pyro) versus a plain-PyTorch loop.
+
+Both train the same model (784-400-600-10 ReLU, spike-and-slab prior with ψ = 0.1, σ² = 1, N(0, 1) biases;
+note 001 §4.2) with the same variational family (Eqs. 4.5-4.7: straight-through binary Concrete at δ = 0.5,
+closed-form KL of note §2.6), batch size 100, one Adam optimizer, one MC sample per step (Algorithm 1, M = 1).
+The plain loop is written here from the equations.  Run ``python benchmarks/lbbnn_speed.py [--quick]``;
+the data root is ``$ZOO_DATA_DIR`` (or ``--data-dir``).  Target: zoo / plain ≤ 1.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pyro
+import torch
+import torch.nn.functional as F
+
+from guides.lbbnn import MeanFieldLBBNNGuide
+from zoo.data import load_dataset
+from zoo.inference import fit
+from zoo.registry import build
+
+PSI, SLAB_VAR, TEMP, BATCH = 0.1, 1.0, 0.5, 100
+
+
+def plain_step_fn(sizes, n_train):
+    """A hand-written LBBNN training step (no Pyro)."""
+    params = []
+    layers = []
+    for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+        lay = {
+            "kappa": ((torch.rand(d_out, d_in) * 2 - 1) * 0.2).requires_grad_(),
+            "rho": (-5 + torch.rand(d_out, d_in)).requires_grad_(),
+            "omega": torch.rand(d_out, d_in).requires_grad_(),
+            "bmu": ((torch.rand(d_out) * 2 - 1) * 0.2).requires_grad_(),
+            "brho": (-5 + torch.rand(d_out)).requires_grad_(),
+        }
+        layers.append(lay)
+        params += list(lay.values())
+    opt = torch.optim.Adam(params, lr=1e-3)
+    log_psi, log_1mpsi = torch.log(torch.tensor(PSI)), torch.log1p(torch.tensor(-PSI))
+
+    def step(xb, yb):
+        opt.zero_grad()
+        h, kl = xb, 0.0
+        for i, lay in enumerate(layers):
+            om, kap = lay["omega"], lay["kappa"]
+            tau = F.softplus(lay["rho"])
+            u = torch.rand_like(om).clamp(1e-20, 1 - 1e-7)
+            z = om + torch.log(u) - torch.log1p(-u)
+            soft = torch.sigmoid(z / TEMP)
+            gamma = (z > 0).float() + soft - soft.detach()
+            theta = kap + tau * torch.randn_like(kap)
+            btau = F.softplus(lay["brho"])
+            b = lay["bmu"] + btau * torch.randn_like(btau)
+            h = F.linear(h, gamma * theta, b)
+            if i < len(layers) - 1:
+                h = F.relu(h)
+            a = torch.sigmoid(om)
+            kl_b = a * (F.logsigmoid(om) - log_psi) + (1 - a) * (F.logsigmoid(-om) - log_1mpsi)
+            kl_s = 0.5 * (-2 * torch.log(tau) + (tau**2 + kap**2) / SLAB_VAR - 1)
+            kl_bias = 0.5 * (-2 * torch.log(btau) + btau**2 + lay["bmu"] ** 2 - 1)
+            kl = kl + (kl_b + a * kl_s).sum() + kl_bias.sum()
+        nll = F.cross_entropy(h, yb, reduction="sum") * (n_train / xb.shape[0])
+        loss = nll + kl
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    return step
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a few batches instead of a full epoch")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args(argv)
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(a.threads)
+    pyro.enable_validation(False)
+    ds = load_dataset("mnist10k", 0, data_dir=a.data_dir)
+    x, y, _, _ = ds.tensors(dtype=torch.float32)
+    n = x.shape[0]
+    steps_per_epoch = n // BATCH
+    steps = 15 if a.quick else steps_per_epoch
+    warm = 3
+
+    torch.manual_seed(0)
+    step = plain_step_fn((784, 400, 600, 10), n)
+    perm = torch.randperm(n)
+    for i in range(warm):
+        idx = perm[i * BATCH : (i + 1) * BATCH]
+        step(x[idx], y[idx])
+    t0 = time.perf_counter()
+    for i in range(steps):
+        idx = perm[(i % steps_per_epoch) * BATCH : ((i % steps_per_epoch) + 1) * BATCH]
+        step(x[idx], y[idx])
+    plain = (time.perf_counter() - t0) / steps
+
+    model, guide, spec = build(
+        "lbbnn", 784, 10, "multiclass", hidden=(400, 600), guide="mean-field", hyper="fixed", inclusion=PSI
+    )
+    assert isinstance(guide, MeanFieldLBBNNGuide)
+    res = fit(model, guide, x, y, steps=warm, lr=1e-3, batch_size=BATCH, progress=False, seed=0)
+    from zoo.inference import resume
+
+    t_before = res.wall_time
+    resume(res, x, y, steps, progress=False)
+    zoo = (res.wall_time - t_before) / steps
+
+    print(f"mnist10k: n_train={n}, batch {BATCH}, {steps_per_epoch} steps/epoch, timed {steps} steps each")
+    print(f"plain PyTorch: {plain * 1e3:.1f} ms/step = {plain * steps_per_epoch:.2f} s/epoch")
+    print(f"zoo (Pyro):    {zoo * 1e3:.1f} ms/step = {zoo * steps_per_epoch:.2f} s/epoch")
+    print(f"ratio zoo/plain = {zoo / plain:.2f} (target <= 1.3)")
+
+
+if __name__ == "__main__":
+    main()
