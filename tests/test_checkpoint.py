@@ -92,3 +92,14 @@ def test_load_errors(tmp_path):
         save("not a result", tmp_path / "x.pt")
     with pytest.raises(ValueError, match="path"):
         atomic_torch_save({}, tmp_path / "no_such_dir" / "x.pt")
+
+
+def test_checkpoint_keeps_the_loss_class(tmp_path):
+    from pyro.infer import TraceMeanField_ELBO
+
+    x, y = blr_data(n=30, d=4, dtype=torch.float32)
+    m, g, spec = build("mfvi-bnn", 4, 1, "regression", hidden=[3])
+    res = fit(m, g, x, y, steps=3, loss=TraceMeanField_ELBO(num_particles=2), progress=False, spec=spec)
+    save(res, tmp_path / "l.pt")
+    back = load(tmp_path / "l.pt")
+    assert type(back.loss) is TraceMeanField_ELBO and back.loss.num_particles == 2

@@ -114,7 +114,8 @@ def save(result: FitResult, path: str | os.PathLike) -> None:
         "device": str(result.device),
         "example": result.example,
         "loss": {
-            "class": type(result.loss).__name__,
+            "module": type(result.loss).__module__,
+            "class": type(result.loss).__qualname__,
             "num_particles": getattr(result.loss, "num_particles", 1),
         },
     }
@@ -139,6 +140,22 @@ def _rebuild_optim(spec: dict | None, config: dict):
     optim = make_optimizer(name[ctor], lr, **args)
     optim.set_state(spec["state"])
     return optim
+
+
+def _rebuild_loss(spec: dict):
+    """The saved ELBO class with its particle count (``Trace_ELBO`` for old checkpoints)."""
+    import importlib
+
+    from pyro.infer import Trace_ELBO
+
+    try:
+        cls = getattr(importlib.import_module(spec["module"]), spec["class"])
+    except (KeyError, ImportError, AttributeError):
+        cls = Trace_ELBO
+    try:
+        return cls(num_particles=spec.get("num_particles", 1))
+    except TypeError:
+        return cls()
 
 
 def load(path: str | os.PathLike, *, model=None, guide=None, optimizer=None, device=None) -> FitResult:
@@ -194,9 +211,7 @@ def load(path: str | os.PathLike, *, model=None, guide=None, optimizer=None, dev
     result.optim = optimizer if optimizer is not None else _rebuild_optim(ckpt["optim"], ckpt["config"])
     if optimizer is not None and ckpt["optim"] is not None:
         optimizer.set_state(ckpt["optim"]["state"])
-    from pyro.infer import Trace_ELBO
-
-    result.loss = Trace_ELBO(num_particles=ckpt["loss"]["num_particles"])
+    result.loss = _rebuild_loss(ckpt["loss"])
     loop = dict(ckpt["loop"])
     gen = torch.Generator()
     if loop.pop("gen_state") is not None:

@@ -108,6 +108,10 @@ def fit_on_dataset(
     if bs is not None and bs >= ds.n_train:
         bs = None
     fitter = entry.fit_fn or fit
+    # fit_defaults["loss"]: an optional factory (model, guide) -> pyro ELBO (None = Trace_ELBO), e.g. the
+    # horseshoe's local-reparameterization ELBO.
+    loss_factory = d.get("loss")
+    loss = loss_factory(m, g) if callable(loss_factory) else None
     result = fitter(
         m,
         g,
@@ -116,6 +120,7 @@ def fit_on_dataset(
         steps=steps if steps is not None else int(d.get("steps", 1000)),
         lr=lr if lr is not None else float(d.get("lr", 1e-2)),
         optimizer=str(d.get("optimizer", "adam")),
+        loss=loss,
         batch_size=bs,
         tol=d.get("tol"),
         seed=seed,

@@ -1,0 +1,185 @@
+"""Horseshoe guides end to end (paper 004): pruning, centered vs non-centered, autoguides, checkpoints,
+registry entries, protocols and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyro
+import pytest
+import torch
+
+from guides.autoguides import make_autoguide
+from guides.horseshoe import HorseshoeGuide, SemiStructuredHorseshoeGuide, TiedHorseshoeGuide, prune_network
+from guides.horseshoe_structured import StructuredHorseshoeGuide
+from zoo import checkpoint
+from zoo.architectures import MLP
+from zoo.inference import fit
+from zoo.likelihoods import GaussianLikelihood
+from zoo.model import BayesianModel
+from zoo.priors.horseshoe import HorseshoePrior
+from zoo.registry import available, build
+from zoo.reproduce import PROTOCOLS, available_protocols
+
+PLANTED_OFF = [1, 3, 4]
+
+
+def small_data(n=64, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    return x, x[:, 0] - 0.5 * x[:, 1] + 0.1 * torch.randn(n, generator=g)
+
+
+def _plant(guide, structured: bool):
+    """Units PLANTED_OFF get tau ~ e^-20 (tau v ~ 5e-9 < delta), the others tau ~ 1."""
+    with torch.no_grad():
+        mu = torch.zeros(6)
+        mu[PLANTED_OFF] = -40.0
+        if structured:
+            guide.l0_m_unconstrained[:, -1] = mu
+        else:
+            guide.l0_tau_mu_unconstrained.copy_(mu)
+        guide.l0_v_mu_unconstrained.fill_(0.0)
+        guide.update_auxiliaries()
+
+
+@pytest.mark.parametrize("family", [HorseshoeGuide, StructuredHorseshoeGuide], ids=lambda c: c.family)
+def test_pruning_keeps_exactly_the_planted_units_and_pruned_net_predicts(family):
+    torch.manual_seed(0)
+    model = BayesianModel(MLP(3, (6,), 1), HorseshoePrior(), GaussianLikelihood("gamma", 6.0, 6.0))
+    guide = family(model)
+    _plant(guide, family is StructuredHorseshoeGuide)
+    report = guide.sparsity_report(model)
+    keep = report.masks["fc0.weight"].any(1)
+    assert keep.tolist() == [k not in PLANTED_OFF for k in range(6)]
+    assert report.masks["fc0.bias"].tolist() == keep.tolist()
+    assert report.masks["fc1.weight"][0].tolist() == keep.tolist()  # the pruned units' outgoing weights
+    assert report.extras["units_kept"] == {"fc0": 3}
+    assert report.extras["compression"] == {"fc0": 0.5}
+    assert report.density == pytest.approx((3 * 4 + 3 + 1) / (6 * 4 + 6 + 1))
+    norms = report.extras["weight_norms"]["fc0"]
+    assert max(norms[k] for k in PLANTED_OFF) < 1e-6 < min(norms[k] for k in range(6) if k not in PLANTED_OFF)
+    params = guide.posterior_mean_params(model)
+    small, small_params = prune_network(model, params, report)
+    assert small.hidden == (3,)
+    x = torch.randn(20, 3)
+    full_out = model.architecture(x, params)
+    assert torch.allclose(small(x, small_params), full_out, atol=1e-5, rtol=1e-5)
+
+
+def _fit(model, guide, steps=20, **kw):
+    x, y = small_data()
+    return fit(
+        model, guide, x.to(torch.float32), y, steps=steps, lr=5e-3, batch_size=32, progress=False, **kw
+    )
+
+
+def test_centered_and_noncentered_smoke():
+    x, _ = small_data()
+    for centered in (False, True):
+        model, guide, _ = build("hs-bnn", 3, 1, "regression", hidden=[5], centered=centered)
+        r = _fit(model, guide)
+        assert all(math.isfinite(e) for e in r.elbo)
+        site = "fc0.w" if centered else "fc0.beta"
+        assert site in pyro.poutine.trace(guide).get_trace().nodes
+        pred = r.predict(x[:7], num_samples=10)
+        assert pred.mean.shape == (7,) and torch.isfinite(pred.var).all()
+        with r.activate():
+            assert 0 < guide.sparsity_report(model).density <= 1
+    with pytest.raises(ValueError, match="centered"):
+        build("hs-bnn", 3, 1, "regression", hidden=[5], centered=True, guide="structured")
+
+
+def test_autoguide_runs_on_the_horseshoe_prior():
+    model = BayesianModel(
+        MLP(3, (5,), 1), HorseshoePrior(regularized=True), GaussianLikelihood("gamma", 6, 6)
+    )
+    guide = make_autoguide("normal", model)
+    r = _fit(model, guide, steps=15)
+    assert all(math.isfinite(e) for e in r.elbo)
+    assert r.predict(small_data()[0][:4], num_samples=5).mean.shape == (4,)
+
+
+@pytest.mark.parametrize(
+    "guide_name", ["factorized", "structured", "tied", "semi-structured"], ids=lambda s: s
+)
+def test_checkpoint_round_trip(tmp_path, guide_name):
+    x, y = small_data()
+    pyro.set_rng_seed(0)
+    model, guide, spec = build("reg-hs-bnn", 3, 1, "regression", hidden=[4], guide=guide_name)
+    r = fit(model, guide, x, y, steps=6, lr=5e-3, batch_size=32, progress=False, spec=spec)
+    path = tmp_path / "ckpt.pt"
+    checkpoint.save(r, path)
+    r2 = checkpoint.load(path)
+    assert type(r2.guide) is type(guide)
+    s1, s2 = guide.state_dict(), r2.guide.state_dict()
+    assert s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
+    p1 = r.predict(x[:5], num_samples=8, seed=3).mean
+    p2 = r2.predict(x[:5], num_samples=8, seed=3).mean
+    assert torch.equal(p1, p2)
+    with r2.activate():
+        assert r2.guide.sparsity_report(r2.model).as_dict() == guide.sparsity_report(model).as_dict()
+    # resume continues the exact run: fit 6 + save/load + 4 == fit 10
+    from zoo.inference import resume
+
+    resume(r2, x, y, 4, progress=False)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    model3, guide3, _ = build("reg-hs-bnn", 3, 1, "regression", hidden=[4], guide=guide_name)
+    r3 = fit(model3, guide3, x, y, steps=10, lr=5e-3, batch_size=32, progress=False, spec=spec)
+    assert r2.elbo == pytest.approx(r3.elbo, rel=1e-5)
+
+
+def test_registry_entries_and_protocols():
+    assert {"hs-bnn", "reg-hs-bnn"} <= set(available())
+    m, g, _ = build("hs-bnn", 4, 3, "multiclass", hidden=[6])
+    assert isinstance(g, HorseshoeGuide) and m.likelihood.task == "multiclass"
+    m, g, _ = build("reg-hs-bnn", 4, 1, "binary", hidden=[6], guide="tied")
+    assert isinstance(g, TiedHorseshoeGuide) and m.prior.regularized
+    assert isinstance(
+        build("hs-bnn", 2, 1, "regression", guide="semi-structured")[1], SemiStructuredHorseshoeGuide
+    )
+    with pytest.raises(ValueError, match="regularized"):
+        build("reg-hs-bnn", 2, 1, "regression", regularized=False)
+    with pytest.raises(TypeError, match="HorseshoePrior"):
+        HorseshoeGuide(
+            BayesianModel(
+                MLP(2, (3,), 1), __import__("zoo.priors").priors.GaussianPrior(), GaussianLikelihood()
+            )
+        )
+    assert {"hs-toys", "hs-uci"} <= set(available_protocols())
+    toys = PROTOCOLS["hs-toys"].runs(None)
+    assert len(toys) == 3 * 5 * 3 + 5 * 2
+    uci = PROTOCOLS["hs-uci"].runs(None)
+    assert len(uci) == 8 * 10 * 4
+    assert {r.variant for r in uci} == {"hs-fact", "hs-struct", "reghs-fact", "reghs-struct"}
+
+
+def test_zoo_fit_cli_on_yacht(tmp_path, data_dir):
+    from zoo.cli import main
+
+    out = tmp_path / "run"
+    code = main(
+        [
+            "fit",
+            "hs-bnn",
+            "--dataset",
+            "uci:yacht",
+            "--split",
+            "0",
+            "--steps",
+            "30",
+            "--num-samples",
+            "10",
+            "--data-dir",
+            str(data_dir),
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code in (0, None)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["guide"] == "factorized" and 0 < metrics["density"] <= 1
+    assert math.isfinite(metrics["rmse"]) and (out / "checkpoint.pt").exists()
