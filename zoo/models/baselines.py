@@ -28,10 +28,10 @@ def _mfvi_build(
 ):
     arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
     prior = GaussianPrior(weight_scale, bias_scale, fan_in_scaling)
-    if task == "regression":
-        lik = GaussianLikelihood("inverse_gamma", noise_concentration, noise_rate, out_features=out_features)
-    else:
-        lik = make_likelihood(task, out_features)
+    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
+    lik = make_likelihood(
+        task, out_features, noise="inverse_gamma", concentration=noise_concentration, rate=noise_rate
+    )
     return BayesianModel(arch, prior, lik)
 
 

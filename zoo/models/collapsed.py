@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 
 from guides.collapsed import CollapsedBoundGuide, HierarchicalCollapsedGuide
 from zoo.architectures import MLP
-from zoo.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.likelihoods import make_likelihood
 from zoo.model import BayesianModel
+from zoo.models.baselines import UCI8, UCI_FOLDER
 from zoo.priors.collapsed import CollapsedPrior
 from zoo.registry import ModelEntry, register
 from zoo.reproduce import Protocol, RunSpec, register_protocol
@@ -66,10 +67,10 @@ def build_collapsed(
         num_layers=arch.num_layers,
         learn_hyper=learn_hyper,
     )
-    if task == "regression":
-        lik = GaussianLikelihood("inverse_gamma", noise_concentration, noise_rate, out_features=out_features)
-    else:
-        lik = make_likelihood(task, out_features)
+    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
+    lik = make_likelihood(
+        task, out_features, noise="inverse_gamma", concentration=noise_concentration, rate=noise_rate
+    )
     return BayesianModel(arch, prior, lik)
 
 
@@ -104,17 +105,6 @@ for _kind in ("cm", "cv", "cmv"):
 # Protocol
 # --------------------------------------------------------------------------------------------------
 
-UCI8 = ("boston", "concrete", "energy", "yacht", "wine", "kin8nm", "power", "naval")
-UCI_FOLDER = {
-    "boston": "bostonHousing",
-    "concrete": "concrete",
-    "energy": "energy",
-    "yacht": "yacht",
-    "wine": "wine-quality-red",
-    "kin8nm": "kin8nm",
-    "power": "power-plant",
-    "naval": "naval-propulsion-plant",
-}
 VARIANTS = ("mfvi-bnn", "cm-bnn", "cv-bnn", "cmv-bnn")
 
 

@@ -20,7 +20,7 @@ from guides.horseshoe import HorseshoeGuide, SemiStructuredHorseshoeGuide, TiedH
 from guides.horseshoe_structured import StructuredHorseshoeGuide
 from guides.lrt import HorseshoeLRTELBO
 from zoo.architectures import MLP
-from zoo.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.likelihoods import make_likelihood
 from zoo.model import BayesianModel
 from zoo.priors.horseshoe import HorseshoePrior
 from zoo.registry import ModelEntry, register
@@ -55,10 +55,10 @@ def build_hs(
     """``MLP(in, hidden, out) x HorseshoePrior x likelihood`` (regression noise precision Gamma(6, 6))."""
     arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=activation)
     prior = HorseshoePrior(b0, bg, b_kappa, regularized, c_a, c_b, centered)
-    if task == "regression":
-        lik = GaussianLikelihood("gamma", noise_concentration, noise_rate, out_features=out_features)
-    else:
-        lik = make_likelihood(task, out_features)
+    # regression: Gaussian with a Gamma prior on the precision; classification ignores the noise options
+    lik = make_likelihood(
+        task, out_features, noise="gamma", concentration=noise_concentration, rate=noise_rate
+    )
     return BayesianModel(arch, prior, lik)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from guides.lbbnn import MeanFieldLBBNNGuide
 from guides.lbbnn_mvn import MVNLBBNNGuide
 from zoo.architectures import MLP
-from zoo.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.likelihoods import make_likelihood
 from zoo.metrics import selection_rates
 from zoo.model import BayesianModel
 from zoo.priors.spike_slab import SpikeSlabPrior
@@ -66,10 +66,10 @@ def build_lbbnn(
         b_beta=b_beta,
         eb_steps=eb_steps,
     )
-    if task == "regression":
-        lik = GaussianLikelihood("inverse_gamma", noise_concentration, noise_rate, out_features=out_features)
-    else:
-        lik = make_likelihood(task, out_features)
+    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
+    lik = make_likelihood(
+        task, out_features, noise="inverse_gamma", concentration=noise_concentration, rate=noise_rate
+    )
     return BayesianModel(arch, prior, lik)
 
 
