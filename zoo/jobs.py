@@ -108,10 +108,12 @@ def fit_on_dataset(
     if bs is not None and bs >= ds.n_train:
         bs = None
     fitter = entry.fit_fn or fit
-    # fit_defaults["loss"]: an optional factory (model, guide) -> pyro ELBO (None = Trace_ELBO), e.g. the
-    # horseshoe's local-reparameterization ELBO.
+    # The training objective: fit_defaults["loss"] (a factory (model, guide) -> pyro ELBO or None), else the
+    # guide's own default_loss() (e.g. LCRT), else Trace_ELBO.
     loss_factory = d.get("loss")
     loss = loss_factory(m, g) if callable(loss_factory) else None
+    if loss is None and callable(getattr(g, "default_loss", None)):
+        loss = g.default_loss()
     result = fitter(
         m,
         g,

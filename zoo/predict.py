@@ -258,6 +258,7 @@ def posterior_samples(
                     or site["is_observed"]
                     or name.startswith("_")
                     or site["infer"].get("is_auxiliary")
+                    or type(site["fn"]).__name__ == "_Subsample"  # a plate's subsample indices
                 ):
                     continue
                 v = site["value"]

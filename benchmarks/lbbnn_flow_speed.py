@@ -1,0 +1,123 @@
+"""Seconds per epoch of LBBNN-LCRT and LBBNN-FLOW on mnist10k (paper 003 §4.3, note §4.3 "cost per epoch"),
+against the mean-field LBBNN of paper 001 and a hand-written plain-PyTorch LCRT loop.
+
+All fit the same model (784-400-600-10 ReLU, spike-and-slab prior ψ = 0.1, σ² = 1, N(0, 1) biases) at batch
+100 with one Adam optimizer and one MC sample per step:
+
+* ``plain LCRT``: written here from note §2.4 (two matmuls per layer, analytic KL), no Pyro;
+* ``zoo LCRT``: :class:`guides.lcrt.LCRTLBBNNGuide` with :class:`guides.lcrt.LCRT_ELBO`;
+* ``zoo FLOW``: :class:`guides.flows.LBBNNFlowGuide` (K = 2 IAF steps for q(z) and r, MADE 2 × 50,
+  the guide's default) with ``LCRT_ELBO``;
+* ``zoo MF``: :class:`guides.lbbnn.MeanFieldLBBNNGuide` (weight-space sampling, ``Trace_ELBO``).
+
+``python benchmarks/lbbnn_flow_speed.py [--quick]`` (``--quick``: 10 timed steps per method instead of an
+epoch of 80); the data root is ``$ZOO_DATA_DIR`` or ``--data-dir``.  The paper's A10 GPU numbers
+(note §4.3): LCRT ≈ 4 s, LBBNN ≈ 13 s, FLOW ≈ 17 s per 60k-image epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pyro
+import torch
+import torch.nn.functional as F
+
+from guides.lcrt import LCRT_ELBO
+from zoo.data import load_dataset
+from zoo.inference import fit, resume
+from zoo.registry import build
+
+PSI, SLAB_VAR, BATCH = 0.1, 1.0, 100
+
+
+def plain_lcrt_step_fn(sizes, n_train):
+    """A hand-written LBBNN-LCRT training step (no Pyro): h ~ N(E[h], Var[h]) per layer, analytic KL."""
+    layers, params = [], []
+    for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+        lay = {
+            "mu": ((torch.rand(d_out, d_in) * 2 - 1) * 0.2).requires_grad_(),
+            "rho": (-5 + torch.rand(d_out, d_in)).requires_grad_(),
+            "lam": torch.rand(d_out, d_in).requires_grad_(),
+            "bmu": ((torch.rand(d_out) * 2 - 1) * 0.2).requires_grad_(),
+            "brho": (-5 + torch.rand(d_out)).requires_grad_(),
+        }
+        layers.append(lay)
+        params += list(lay.values())
+    opt = torch.optim.Adam(params, lr=1e-3)
+    log_psi, log_1mpsi = torch.log(torch.tensor(PSI)), torch.log1p(torch.tensor(-PSI))
+
+    def step(xb, yb):
+        opt.zero_grad()
+        h, kl = xb, 0.0
+        for i, lay in enumerate(layers):
+            lam, mu = lay["lam"], lay["mu"]
+            a, sig, bsig = torch.sigmoid(lam), F.softplus(lay["rho"]), F.softplus(lay["brho"])
+            mean = F.linear(h, a * mu, lay["bmu"])
+            var = F.linear(h**2, a * (sig**2 + (1 - a) * mu**2), bsig**2)
+            h = mean + var.clamp_min(1e-12).sqrt() * torch.randn_like(mean)
+            if i < len(layers) - 1:
+                h = F.relu(h)
+            kl_b = a * (F.logsigmoid(lam) - log_psi) + (1 - a) * (F.logsigmoid(-lam) - log_1mpsi)
+            kl_s = 0.5 * (-2 * torch.log(sig) + (sig**2 + mu**2) / SLAB_VAR - 1)
+            kl_bias = 0.5 * (-2 * torch.log(bsig) + bsig**2 + lay["bmu"] ** 2 - 1)
+            kl = kl + (kl_b + a * kl_s).sum() + kl_bias.sum()
+        loss = F.cross_entropy(h, yb, reduction="sum") * (n_train / xb.shape[0]) + kl
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return step
+
+
+def _zoo_seconds_per_step(guide_name, x, y, steps, warm, loss):
+    pyro.clear_param_store()
+    model, guide, _ = build(
+        "lbbnn", 784, 10, "multiclass", hidden=(400, 600), guide=guide_name, hyper="fixed", inclusion=PSI
+    )
+    res = fit(model, guide, x, y, steps=warm, lr=1e-3, batch_size=BATCH, progress=False, seed=0, loss=loss)
+    t_before = res.wall_time
+    resume(res, x, y, steps, progress=False)
+    return (res.wall_time - t_before) / steps
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="10 timed steps per method instead of an epoch")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args(argv)
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(a.threads)
+    pyro.enable_validation(False)
+    ds = load_dataset("mnist10k", 0, data_dir=a.data_dir)
+    x, y, _, _ = ds.tensors(dtype=torch.float32)
+    n = x.shape[0]
+    per_epoch = n // BATCH
+    steps, warm = (10, 2) if a.quick else (per_epoch, 3)
+
+    torch.manual_seed(0)
+    step = plain_lcrt_step_fn((784, 400, 600, 10), n)
+    perm = torch.randperm(n)
+    for i in range(warm):
+        step(x[perm[i * BATCH : (i + 1) * BATCH]], y[perm[i * BATCH : (i + 1) * BATCH]])
+    t0 = time.perf_counter()
+    for i in range(steps):
+        j = i % per_epoch
+        step(x[perm[j * BATCH : (j + 1) * BATCH]], y[perm[j * BATCH : (j + 1) * BATCH]])
+    times = {"plain LCRT": (time.perf_counter() - t0) / steps}
+    times["zoo LCRT"] = _zoo_seconds_per_step("lcrt", x, y, steps, warm, LCRT_ELBO())
+    times["zoo FLOW"] = _zoo_seconds_per_step("flow", x, y, steps, warm, LCRT_ELBO())
+    times["zoo MF (Trace_ELBO)"] = _zoo_seconds_per_step("mean-field", x, y, steps, warm, None)
+
+    print(f"mnist10k: n_train={n}, batch {BATCH}, {per_epoch} steps/epoch, timed {steps} steps each")
+    for k, v in times.items():
+        print(f"{k:<20} {v * 1e3:8.1f} ms/step = {v * per_epoch:6.2f} s/epoch")
+    print(f"zoo LCRT / plain LCRT = {times['zoo LCRT'] / times['plain LCRT']:.2f}")
+    print(f"zoo FLOW / zoo LCRT   = {times['zoo FLOW'] / times['zoo LCRT']:.2f}")
+    print(f"zoo MF / zoo LCRT     = {times['zoo MF (Trace_ELBO)'] / times['zoo LCRT']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
