@@ -95,7 +95,7 @@ def test_fit_classification_keys(tmp_path):
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--hidden", "0"], "--hidden"),
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--lr", "-1"], "--lr"),
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--split", "-1"], "--split"),
-        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--guide", "flow"], "--guide"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--guide", "no-such-guide"], "--guide"),
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--device", "tpu9"], "--device"),
         (["fit", "mfvi-bnn", "--dataset", "mnist10k", "--split", "3"], "split"),
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--option", "no_such_option=1"], "--option"),
