@@ -122,6 +122,15 @@ def test_missing_data_root_is_a_usage_error(tmp_path, capsys, monkeypatch):
     assert e.value.code == 2 and "ZOO_DATA_DIR" in capsys.readouterr().err
 
 
+def test_reproduce_without_data_root_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as e:
+        main(["reproduce", "mfvi-uci", "--splits", "0", "--out", str(out)])
+    assert e.value.code == 2 and "ZOO_DATA_DIR" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_console_script_entry_point():
     r = subprocess.run([sys.executable, "-m", "zoo.cli", "list"], capture_output=True, text=True, check=True)
     assert "mfvi-bnn" in r.stdout

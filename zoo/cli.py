@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if a.command == "reproduce":
-        from .reproduce import available_protocols, run_protocol
+        from .reproduce import available_protocols, check_protocol_data, run_protocol
 
         if a.name not in available_protocols():
             parser.error(
@@ -211,6 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.path.exists(a.out) and not os.path.isdir(a.out):
             parser.error(f"argument --out: {a.out!r} exists and is not a directory")
         cmd = "zoo " + " ".join(sys.argv[1:]) if argv is None else "zoo " + " ".join(argv)
+        try:
+            check_protocol_data(a.name, splits)
+        except (FileNotFoundError, ValueError) as e:
+            parser.error(f"argument NAME/--splits: {e}")
         run_protocol(
             a.name,
             a.out,

@@ -21,7 +21,15 @@ import torch
 
 from .jobs import dumps_json, fit_on_dataset
 
-__all__ = ["Protocol", "RunSpec", "PROTOCOLS", "available_protocols", "register_protocol", "run_protocol"]
+__all__ = [
+    "Protocol",
+    "RunSpec",
+    "PROTOCOLS",
+    "available_protocols",
+    "check_protocol_data",
+    "register_protocol",
+    "run_protocol",
+]
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,27 @@ def _markdown(p: Protocol, summary: dict, header: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _preflight(specs: Sequence[RunSpec]) -> None:
+    """Load each dataset of the protocol once before any worker starts, so a missing data root or a bad
+    split fails at once with the loader's message (and nothing is written)."""
+    from .data import load_dataset
+
+    seen = set()
+    for s in specs:
+        if s.dataset not in seen:
+            seen.add(s.dataset)
+            load_dataset(s.dataset, s.split, data_dir=s.kwargs.get("data_dir"))
+
+
+def check_protocol_data(name: str, splits: Sequence[int] | None = None) -> None:
+    """Raise (``FileNotFoundError``/``ValueError``) now if protocol ``name`` cannot load its data."""
+    if name not in available_protocols():
+        raise ValueError(
+            f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
+        )
+    _preflight(PROTOCOLS[name].runs(splits))
+
+
 def run_protocol(
     name: str,
     out_dir: str | os.PathLike,
@@ -139,6 +168,7 @@ def run_protocol(
     specs = p.runs(splits)
     if overrides:
         specs = [RunSpec(s.variant, s.model, s.dataset, s.split, {**s.kwargs, **overrides}) for s in specs]
+    _preflight(specs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
