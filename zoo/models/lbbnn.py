@@ -119,13 +119,19 @@ def _selection_if_known(run) -> dict:
     return {}
 
 
+# The image protocol shared by the LBBNN guides (papers 001/003): 784-400-600-10, batch 100, Adam 1e-3.
+MNIST10K_RUN = {
+    "hidden": [400, 600],
+    "batch_size": 100,
+    "steps": 20000,  # 250 epochs of the 8000-image training part at batch 100
+    "lr": 1e-3,
+}
+
+
 def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     splits = [0] if splits is None else list(splits)
     kw = {
-        "hidden": [400, 600],
-        "batch_size": 100,
-        "steps": 20000,  # 250 epochs of the 8000-image training part at batch 100
-        "lr": 1e-3,
+        **MNIST10K_RUN,
         "num_samples": 10,
         "options": {"hyper": "eb-point", "eb_steps": 1600, "inclusion": 0.5},
     }

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from guides.flows import GaussianFlowGuide, LBBNNFlowGuide
 from guides.lcrt import LCRTLBBNNGuide
 from zoo.models import baselines as _baselines  # noqa: F401  (registers mfvi-bnn)
-from zoo.models import lbbnn as _lbbnn  # noqa: F401  (registers lbbnn)
+from zoo.models.lbbnn import MNIST10K_RUN  # also registers lbbnn
 from zoo.registry import get_entry
 from zoo.reproduce import Protocol, RunSpec, register_protocol
 
@@ -95,10 +95,7 @@ register_protocol(
 def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     splits = [0] if splits is None else list(splits)
     kw = {
-        "hidden": [400, 600],
-        "batch_size": 100,
-        "steps": 20000,  # 250 epochs of the 8000-image training part at batch 100
-        "lr": 1e-3,
+        **MNIST10K_RUN,
         "num_samples": 100,
         "options": {"hyper": "fixed", "inclusion": 0.1, "slab_var": 1.0},
     }
