@@ -164,3 +164,42 @@ def test_reproduce_smoke_on_shared_uci(tmp_path, data_dir, monkeypatch):
     s = doc["summary"]["mfvi-bnn"]["uci:yacht"]
     assert s["n_splits"] == 2 and s["rmse"]["mean"] > 0
     assert (tmp_path / "smoke-uci.json").exists() and "rmse" in (tmp_path / "smoke-uci.md").read_text()
+    assert not (tmp_path / "smoke-uci.partial.jsonl").exists()
+
+
+def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypatch):
+    """An interrupted protocol resumes from its journal (the journaled fit is not redone) and ``merge``
+    keeps earlier rows for splits the new run does not cover."""
+    import json
+
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    from zoo.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol, run_protocol
+
+    if "smoke-merge" not in PROTOCOLS:
+        register_protocol(
+            Protocol(
+                "smoke-merge",
+                "smoke",
+                lambda s: [
+                    RunSpec(
+                        "mfvi-bnn", "mfvi-bnn", "uci:yacht", k, {"hidden": [5], "steps": 5, "num_samples": 5}
+                    )
+                    for k in (s or [0, 1])
+                ],
+                ("rmse",),
+            )
+        )
+    fake = {"variant": "mfvi-bnn", "dataset": "uci:yacht", "split": 0, "rmse": 123.0}
+    (tmp_path / "smoke-merge.partial.jsonl").write_text(
+        json.dumps({"protocol": "smoke-merge", "overrides": {}}) + "\n" + json.dumps(fake) + "\n"
+    )
+    doc = run_protocol("smoke-merge", tmp_path, splits=[0, 1], progress=False)
+    by_split = {r["split"]: r for r in doc["rows"]}
+    assert by_split[0]["rmse"] == 123.0 and by_split[1]["rmse"] < 100  # split 0 was resumed, not refit
+    assert not (tmp_path / "smoke-merge.partial.jsonl").exists()
+    doc2 = run_protocol("smoke-merge", tmp_path, splits=[2], progress=False, merge=True)
+    assert sorted(r["split"] for r in doc2["rows"]) == [0, 1, 2]
+    assert doc2["summary"]["mfvi-bnn"]["uci:yacht"]["n_splits"] == 3 and len(doc2["history"]) == 1
+    assert "Merged with 2 earlier rows" in (tmp_path / "smoke-merge.md").read_text()
+    doc3 = run_protocol("smoke-merge", tmp_path, splits=[2], progress=False)  # no merge: overwrites
+    assert [r["split"] for r in doc3["rows"]] == [2]

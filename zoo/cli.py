@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--splits", default=None, help="e.g. 0-9 or 0,3,5 (default: the protocol's)")
     r.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
     r.add_argument("--steps", type=int, default=None, help="override the step budget (smoke runs)")
+    r.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the rows of an existing DIR/NAME.json that this run does not redo (complete a protocol "
+        "split range by split range); an interrupted run always resumes from DIR/NAME.partial.jsonl",
+    )
     return p
 
 
@@ -222,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             jobs=a.jobs,
             command=cmd,
             overrides={"steps": a.steps} if a.steps else None,
+            merge=a.merge,
         )
         return 0
     return 2  # pragma: no cover

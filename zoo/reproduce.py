@@ -13,7 +13,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +109,10 @@ def _markdown(p: Protocol, summary: dict, header: dict) -> str:
         f"Machine: {header['machine']}; wall time {header['wall_seconds']:.0f} s; torch {header['torch']}",
         "",
     ]
+    for h in header.get("history", []):
+        lines[-1:-1] = [
+            f"Merged with {h['rows']} earlier rows from `{h['command']}` ({h['wall_seconds']:.0f} s)  "
+        ]
     cols = list(p.metrics)
     lines.append("| variant | dataset | splits | " + " | ".join(cols) + " | fit s | paper |")
     lines.append("|" + "---|" * (len(cols) + 5))
@@ -147,6 +151,46 @@ def check_protocol_data(name: str, splits: Sequence[int] | None = None) -> None:
     _preflight(PROTOCOLS[name].runs(splits))
 
 
+def _key(variant: str, dataset: str, split: int) -> tuple[str, str, int]:
+    return (str(variant), str(dataset), int(split))
+
+
+def _spec_key(s: RunSpec) -> tuple[str, str, int]:
+    return _key(s.variant, s.dataset, s.split)
+
+
+def _row_key(r: dict) -> tuple[str, str, int]:
+    return _key(r["variant"], r["dataset"], r["split"])
+
+
+def _read_journal(path: Path, signature: dict) -> dict:
+    """Rows of an interrupted run with the same protocol and overrides (``{}`` if none or different)."""
+    import json
+
+    if not path.exists():
+        return {}
+    lines = path.read_text().splitlines()
+    try:
+        if not lines or json.loads(lines[0]) != signature:
+            return {}
+    except json.JSONDecodeError:
+        return {}
+    done = {}
+    for line in lines[1:]:
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by the interruption
+            continue
+        done[_row_key(r)] = r
+    return done
+
+
+def _append_line(fh, text: str) -> None:
+    fh.write(text + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
 def run_protocol(
     name: str,
     out_dir: str | os.PathLike,
@@ -156,8 +200,16 @@ def run_protocol(
     command: str = "",
     overrides: dict | None = None,
     progress: bool = True,
+    merge: bool = False,
 ) -> dict:
-    """Run protocol ``name`` and write ``NAME.json`` / ``NAME.md`` atomically into ``out_dir``."""
+    """Run protocol ``name`` and write ``NAME.json`` / ``NAME.md`` atomically into ``out_dir``.
+
+    Each finished fit is appended to ``DIR/NAME.partial.jsonl`` (fsynced); an interrupted run started
+    again with the same protocol and overrides resumes from it, and it is removed once the results are
+    written.  ``merge=True`` keeps the rows of an existing ``DIR/NAME.json`` whose (variant, dataset,
+    split) this run does not redo, so a protocol can be completed split range by split range."""
+    import json
+
     from .checkpoint import atomic_write_bytes
 
     if name not in available_protocols():
@@ -171,28 +223,49 @@ def run_protocol(
     _preflight(specs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    journal = out / f"{name}.partial.jsonl"
+    signature = {"protocol": name, "overrides": overrides or {}}
+    done = _read_journal(journal, signature)
+    todo = [s for s in specs if _spec_key(s) not in done]
+    if progress and done:
+        print(
+            f"resuming {name}: {len(specs) - len(todo)} of {len(specs)} fits found in {journal}", flush=True
+        )
     t0 = time.perf_counter()
-    rows: list[dict] = []
-    if jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            for i, row in enumerate(ex.map(_run_one, specs)):
-                rows.append(row)
-                if progress:
-                    print(
-                        f"[{i + 1}/{len(specs)}] {row['variant']} {row['dataset']} split {row['split']}: "
-                        + ", ".join(f"{m}={row.get(m, float('nan')):.4g}" for m in p.metrics),
-                        flush=True,
-                    )
-    else:
-        for i, s in enumerate(specs):
-            rows.append(_run_one(s))
+    results: dict[tuple[str, str, int], dict] = {k: v for k, v in done.items()}
+    with open(journal, "w") as fh:
+        _append_line(fh, json.dumps(signature))
+        for r in done.values():
+            _append_line(fh, dumps_json(r).replace("\n", " "))
+
+        def record(row: dict) -> None:
+            results[_row_key(row)] = row
+            _append_line(fh, dumps_json(row).replace("\n", " "))
             if progress:
-                row = rows[-1]
                 print(
-                    f"[{i + 1}/{len(specs)}] {row['variant']} {row['dataset']} split {row['split']}: "
+                    f"[{len(results)}/{len(specs)}] {row['variant']} {row['dataset']} split {row['split']}: "
                     + ", ".join(f"{m}={row.get(m, float('nan')):.4g}" for m in p.metrics),
                     flush=True,
                 )
+
+        if jobs > 1:
+            with ProcessPoolExecutor(max_workers=jobs) as ex:
+                for fut in as_completed([ex.submit(_run_one, s) for s in todo]):
+                    record(fut.result())
+        else:
+            for s in todo:
+                record(_run_one(s))
+    rows = [results[_spec_key(s)] for s in specs if _spec_key(s) in results]
+    history: list[dict] = []
+    previous = out / f"{name}.json"
+    if merge and previous.exists():
+        old = json.loads(previous.read_text())
+        mine = {_spec_key(s) for s in specs}
+        kept = [r for r in old.get("rows", []) if _row_key(r) not in mine]
+        rows = kept + rows
+        history = old.get("history", []) + [
+            {"command": old.get("command"), "wall_seconds": old.get("wall_seconds"), "rows": len(kept)}
+        ]
     summary = _summarize(rows, p.metrics)
     header = {
         "protocol": name,
@@ -203,6 +276,7 @@ def run_protocol(
     }
     doc = {
         **header,
+        "history": history,
         "description": p.description,
         "summary": summary,
         "rows": rows,
@@ -210,5 +284,6 @@ def run_protocol(
         "paper_source": p.paper_source,
     }
     atomic_write_bytes(out / f"{name}.json", dumps_json(doc).encode())
-    atomic_write_bytes(out / f"{name}.md", _markdown(p, summary, header).encode())
+    atomic_write_bytes(out / f"{name}.md", _markdown(p, summary, {**header, "history": history}).encode())
+    journal.unlink()
     return doc
