@@ -40,6 +40,7 @@ cleaned variance of note §3.4 are returned, plus per-draw locations/scales from
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -50,9 +51,10 @@ from pyro import poutine
 from torch import Tensor
 
 from zoo.bowtie import BowtieModel, PolyaGamma1, log_cosh_half, pg_mean
+from zoo.ensemble import combine_predictions
 from zoo.expectations import LOG_2PI, expected_log_inverse_gamma, inverse_gamma_entropy
 from zoo.predict import Predictions
-from zoo.priors.ngig import gig_distribution, gig_log_normalizer, gig_mean_reciprocal
+from zoo.priors.ngig import GaussianBowtiePrior, gig_distribution, gig_log_normalizer, gig_mean_reciprocal
 from zoo.sparsity import SparsityReport
 from zoo.validation import check_positive, check_positive_int, check_probability
 
@@ -93,6 +95,10 @@ def _gauss_from_precision(prec: Tensor, lin: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _logdet(cov: Tensor) -> Tensor:
+    """Batched log-determinant; a batch that is an expanded view of one matrix (stride 0, e.g. the last
+    hidden layer's ``S``) is factored once."""
+    if cov.dim() == 3 and cov.shape[0] > 1 and cov.stride(0) == 0:
+        return _logdet(cov[0]).expand(cov.shape[0])
     return 2.0 * torch.log(torch.diagonal(_chol(cov), dim1=-2, dim2=-1)).sum(-1)
 
 
@@ -165,8 +171,14 @@ class BowtieCAVIGuide(ClosedFormGuide):
         local_init_cov: initial ``S_{n,l}`` (``local_init_cov * I``; paper 0.01).
         predict_tol, predict_max_iters: stopping rule of the test-time local updates (§3.5, [code] 1e-4 / 60).
         forgetting_rate, svi_local_iters, svi_local_tol: stochastic VI (§3.3, App. C; [code] 0.75 / 40 /
-        1e-4),
-            used when the loop passes a minibatch ``subsample``.
+            1e-4), used when the loop passes a minibatch ``subsample``.
+        beta_rule: how SVI blends the ``q(eta^2) = IG(alpha, beta)`` factors. ``"paper"`` (default): the
+            harmonic blend ``beta = ((1-l)/beta_old + l/beta_hat)^-1`` of §3.3/App. C and the authors' code;
+            ``"textbook"``: the natural-gradient step for the IG natural parameters ``(-alpha-1, -beta)``,
+            ``beta = (1-l) beta_old + l beta_hat`` (note 000 §3.2 caveat).  The default reproduces the
+            published SVBNN; both rules share the fixed point (``l = 1`` gives ``beta_hat`` either way), and
+            the harmonic blend is never larger than the linear one (AM-HM): it shrinks the noise scale
+            faster.
     """
 
     uses_gradients = False
@@ -184,16 +196,18 @@ class BowtieCAVIGuide(ClosedFormGuide):
         forgetting_rate: float = 0.75,
         svi_local_iters: int = 40,
         svi_local_tol: float = 1e-4,
+        beta_rule: str = "paper",
     ) -> None:
         super().__init__()
         if not isinstance(model, BowtieModel):
             raise TypeError(f"model must be a zoo.bowtie.BowtieModel, got {type(model).__name__}")
         if init not in ("laplace", "spikeslab"):
             raise ValueError(f"init must be 'laplace' or 'spikeslab', got {init!r}")
-        if em and float(model.prior.lam_glob) != 0.0:
+        self.gaussian = isinstance(model.prior, GaussianBowtiePrior)
+        if em and (self.gaussian or float(model.prior.lam_glob) != 0.0):
             raise ValueError(
-                "em: the closed-form EM step (App. E.2) is implemented for the IG global prior "
-                "(lam_glob = 0) only"
+                "em: the closed-form EM step (App. E.2) is implemented for the N-GIG prior with an IG "
+                "global scale (lam_glob = 0) only"
             )
         self.em = bool(em)
         self.init = init
@@ -208,6 +222,9 @@ class BowtieCAVIGuide(ClosedFormGuide):
         self.forgetting_rate = float(forgetting_rate)
         self.svi_local_iters = check_positive_int("svi_local_iters", svi_local_iters)
         self.svi_local_tol = check_positive("svi_local_tol", svi_local_tol)
+        if beta_rule not in ("paper", "textbook"):
+            raise ValueError(f"beta_rule must be 'paper' or 'textbook', got {beta_rule!r}")
+        self.beta_rule = beta_rule
         self.widths = tuple(model.widths)
         self.num_hidden = model.num_hidden
         w = self.widths
@@ -285,6 +302,14 @@ class BowtieCAVIGuide(ClosedFormGuide):
         _, _, _, nh, dh, lam = self._psi_params(model, k)
         return gig_mean_reciprocal(nh, dh, lam)
 
+    def _w_prec(self, model, k: int) -> Tensor:
+        """``E[1/(tau_l psi_{l,d,d'})] = E[1/tau] E[1/psi]``, shape (D, D_prev); ``1/v_l`` under the
+        Gaussian prior."""
+        if self.gaussian:
+            v = model.prior.weight_variance(self.num_hidden, self.widths[k]).to(F64)
+            return (1.0 / v).expand(self.widths[k + 1], self.widths[k])
+        return self._inv_tau(model, k) * self._inv_psi(model, k)
+
     def _eww(self, k: int) -> Tensor:
         m = self._b("m", k)
         return self._b("B", k) + m.unsqueeze(-1) * m.unsqueeze(-2)
@@ -297,7 +322,7 @@ class BowtieCAVIGuide(ClosedFormGuide):
         """Diagonal of ``D_{l,d}^{-1} = diag(s_0^-2, E[1/tau] E[1/psi_{d,:}])`` (Eq. 16), shape (D,
         D_prev+1)."""
         s0 = model.prior.bias_scale.to(F64)
-        wprec = self._inv_tau(model, k) * self._inv_psi(model, k)
+        wprec = self._w_prec(model, k)
         return torch.cat([torch.full_like(wprec[:, :1], 1.0) / s0**2, wprec], 1)
 
     def _e_prec(self, k: int) -> Tensor:
@@ -337,18 +362,26 @@ class BowtieCAVIGuide(ClosedFormGuide):
             mk = self._b("m", k)
             rho = loc.rho[k]
             n = rho.shape[0]
-            lam = torch.diag_embed(e.expand(n, -1))
             h = e * rho * mk[:, 0]
             m_next, eww_next = self._b("m", k + 1), self._eww(k + 1)
             if k + 1 == nh:
+                # The last hidden layer's precision does not depend on n (note §2.3): one (D, D) Cholesky
+                # instead of N; S_L is stored as an expanded (N, D, D) view of one matrix.
+                lam1 = torch.diag(e)
                 if y is not None:
-                    c = self._e_prec(nh).expand(n, -1)
-                    lam = lam + torch.einsum("nd,dij->nij", c, eww_next[:, 1:, 1:])
+                    c = self._e_prec(nh)
+                    lam1 = lam1 + torch.einsum("d,dij->ij", c, eww_next[:, 1:, 1:])
                     h = h + (c * y) @ m_next[:, 1:] - c @ eww_next[:, 1:, 0]
+                s1, _ = _gauss_from_precision(lam1, torch.zeros_like(e))
+                s, t = s1.expand(n, -1, -1), h @ s1
+                kk = (e * rho).unsqueeze(-1) * mk[:, 1:]
+                loc.S[k], loc.t[k], loc.M[k] = s, t, s1 @ kk
+                k_next, t_next, s_next = kk, t, s
+                continue
             else:
                 e_next, rho_next = self._e_prec(k + 1), loc.rho[k + 1]
                 c = e_next * rho_next + pg_mean(loc.A[k + 1]) / temp**2
-                lam = lam + torch.einsum("nd,dij->nij", c, eww_next[:, 1:, 1:])
+                lam = torch.diag_embed(e.expand(n, -1)) + torch.einsum("nd,dij->nij", c, eww_next[:, 1:, 1:])
                 h = h + ((rho_next - 0.5) / temp) @ m_next[:, 1:] - c @ eww_next[:, 1:, 0]
                 lam = lam - k_next.transpose(-1, -2) @ s_next @ k_next
                 h = h + (k_next.transpose(-1, -2) @ t_next.unsqueeze(-1)).squeeze(-1)
@@ -368,13 +401,17 @@ class BowtieCAVIGuide(ClosedFormGuide):
 
     # ------------------------------------------------------------------ global updates
     def _update_tau(self, model) -> None:
-        """Eq. (13): ``delta_hat^2 = delta_glob^2 + sum E[1/psi] E[W^2]``."""
+        """Eq. (13): ``delta_hat^2 = delta_glob^2 + sum E[1/psi] E[W^2]`` (no-op under the Gaussian prior)."""
+        if self.gaussian:
+            return
         for k in range(self.num_hidden + 1):
             _, delta, *_ = self._tau_params(model, k)
             self._set(f"dtau{k}", (delta**2 + (self._inv_psi(model, k) * self._ew2(k)).sum()).sqrt())
 
     def _update_psi(self, model) -> None:
-        """Eq. (14): ``delta_hat^2 = E[1/tau] E[W^2] + delta_loc^2``."""
+        """Eq. (14): ``delta_hat^2 = E[1/tau] E[W^2] + delta_loc^2`` (no-op under the Gaussian prior)."""
+        if self.gaussian:
+            return
         for k in range(self.num_hidden + 1):
             _, delta, *_ = self._psi_params(model, k)
             self._set(f"dpsi{k}", (self._inv_tau(model, k) * self._ew2(k) + delta**2).sqrt())
@@ -413,10 +450,6 @@ class BowtieCAVIGuide(ClosedFormGuide):
             self._set(f"beta{k}", betas[k])
         self._set("alpha_out", alphas[-1])
         self._set("beta_out", betas[-1])
-
-    def _update_eta(self, model, x: Tensor, y: Tensor, loc: _Locals) -> None:
-        """Eq. (15), full batch."""
-        self._set_eta(*self._eta_params(model, loc, _forward_moments(x, loc), y, x.shape[0]))
 
     def _weight_natural(
         self, model, loc: _Locals, mom: _Moments, y: Tensor | None, k: int, scale: float = 1.0
@@ -460,9 +493,12 @@ class BowtieCAVIGuide(ClosedFormGuide):
         cb("tau")
         self._update_psi(model)
         cb("psi")
-        self._update_eta(model, x, y, loc)
+        mom = _forward_moments(
+            x, loc
+        )  # the eta update leaves the locals unchanged: one forward pass for both
+        self._set_eta(*self._eta_params(model, loc, mom, y, x.shape[0]))
         cb("eta")
-        self._update_omega(model, loc, _forward_moments(x, loc))
+        self._update_omega(model, loc, mom)
         self._store_locals(loc)
         cb("omega")
         self._update_activations(model, loc, y)
@@ -518,10 +554,18 @@ class BowtieCAVIGuide(ClosedFormGuide):
         total = torch.zeros((), dtype=F64)
         s0sq = model.prior.bias_scale.to(F64) ** 2
         for k in range(self.num_hidden + 1):
-            for params, inv in (
-                (self._tau_params(model, k), self._inv_tau(model, k)),
-                (self._psi_params(model, k), self._inv_psi(model, k)),
-            ):
+            scales = (
+                ()
+                if self.gaussian
+                else (
+                    (self._tau_params(model, k), self._inv_tau(model, k)),
+                    (self._psi_params(model, k), self._inv_psi(model, k)),
+                )
+            )
+            if self.gaussian:  # E[log N(W | 0, v)] keeps its -0.5 log v; the GIG terms carry it otherwise
+                v = model.prior.weight_variance(self.num_hidden, self.widths[k]).to(F64)
+                total = total - 0.5 * torch.log(v) * self.widths[k + 1] * self.widths[k]
+            for params, inv in scales:
                 nu, delta, lam, nh, dh, _ = params
                 total = (
                     total
@@ -533,7 +577,7 @@ class BowtieCAVIGuide(ClosedFormGuide):
                 )
             m, b = self._b("m", k), self._b("B", k)
             eb2 = m[:, 0] ** 2 + b[:, 0, 0]
-            wq = (self._inv_tau(model, k) * self._inv_psi(model, k) * self._ew2(k)).sum(-1)
+            wq = (self._w_prec(model, k) * self._ew2(k)).sum(-1)
             total = (
                 total
                 + (
@@ -604,6 +648,8 @@ class BowtieCAVIGuide(ClosedFormGuide):
         for k in range(self.num_hidden + 1):
             d, dp = w[k + 1], w[k]
             self._set(f"B{k}", self.init_cov * torch.eye(dp + 1, dtype=F64).expand(d, -1, -1).clone())
+            if self.gaussian:
+                continue
             for name, params in (("dtau", self._tau_params(model, k)), ("dpsi", self._psi_params(model, k))):
                 nu, delta, lam = params[:3]
                 shape = () if name == "dtau" else (d, dp)
@@ -643,9 +689,8 @@ class BowtieCAVIGuide(ClosedFormGuide):
         globals
         from Eqs. (15)–(16) with sums scaled by ``N/|S|``, blended with step ``l_t = (2 + t)^{-k}`` ([code],
         t from
-        0; Eq. 21): natural parameters of ``q(b, W)`` linearly, ``beta`` harmonically — the paper's rule
-        (note §3.2
-        caveat; the textbook rule would blend ``beta`` linearly).  Returns the noisy ELBO estimate (global
+        0; Eq. 21): natural parameters of ``q(b, W)`` linearly, ``beta`` by ``beta_rule`` (harmonically by
+        default, the paper's rule; linearly with ``"textbook"``).  Returns the noisy ELBO estimate (global
         part +
         ``N/|S|`` x minibatch local part), also reported by :meth:`closed_form_elbo`."""
         if subsample.dim() != 1 or len(subsample) == 0:
@@ -671,7 +716,10 @@ class BowtieCAVIGuide(ClosedFormGuide):
             self._set(f"B{k}", cov)
             self._set(f"m{k}", mean)
         old_betas = [self._b("beta", k) for k in range(self.num_hidden)] + [self.beta_out]
-        betas = [1.0 / ((1 - step) / bo + step / bh) for bo, bh in zip(old_betas, betas)]
+        if self.beta_rule == "paper":  # harmonic blend of beta (paper §3.3 / App. C, [code])
+            betas = [1.0 / ((1 - step) / bo + step / bh) for bo, bh in zip(old_betas, betas)]
+        else:  # natural parameter of IG(alpha, beta) is (-alpha - 1, -beta): blend beta linearly
+            betas = [(1 - step) * bo + step * bh for bo, bh in zip(old_betas, betas)]
         self._set_eta(alphas, betas)
         self.svi_step += 1
         if self.em:
@@ -741,11 +789,47 @@ class BowtieCAVIGuide(ClosedFormGuide):
         it, cur = self._fit_local_loop(model, x, None, loc, self.predict_tol, self.predict_max_iters)
         return loc, _forward_moments(x, loc), {"predict_iters": it, "predict_elbo": cur}
 
-    def predictive(self, model, x: Tensor, num_samples: int = 100) -> Predictions:
+    @contextlib.contextmanager
+    def pruned(self, masks: dict[str, Tensor]):
+        """Within the block, ``q(b, W)`` of every row is restricted to the surviving weights (§3.4): the
+        pruned coordinates are set to exactly zero and the kept ones keep their joint (marginal) Gaussian,
+        i.e. the sub-vector of ``m`` and the sub-block of ``B``.  ``masks``: ``{"fc{k}.weight": bool (D,
+        D_prev)}`` as in :meth:`sparsity_report`; biases are always kept."""
+        saved = {}
+        try:
+            for k in range(self.num_hidden + 1):
+                key = f"fc{k}.weight"
+                if key not in masks:
+                    continue
+                keep_w = torch.as_tensor(masks[key], device=self._b("m", k).device).bool()
+                if keep_w.shape != self._b("m", k)[:, 1:].shape:
+                    raise ValueError(
+                        f"masks[{key!r}]: expected shape {tuple(self._b('m', k)[:, 1:].shape)}, "
+                        f"got {tuple(keep_w.shape)}"
+                    )
+                keep = torch.cat([torch.ones_like(keep_w[:, :1]), keep_w], 1).to(F64)
+                m, b = self._b("m", k), self._b("B", k)
+                saved[k] = (m, b)
+                tiny = 1e-12 * torch.diag_embed(1.0 - keep)  # keeps the (degenerate) covariance PD
+                self._set(f"m{k}", m * keep)
+                self._set(f"B{k}", b * keep.unsqueeze(-1) * keep.unsqueeze(-2) + tiny)
+            yield self
+        finally:
+            for k, (m, b) in saved.items():
+                self._set(f"m{k}", m)
+                self._set(f"B{k}", b)
+
+    def predictive(
+        self, model, x: Tensor, num_samples: int = 100, mask: dict[str, Tensor] | None = None
+    ) -> Predictions:
         """Closed-form predictive mean (Eq. 26) and variance (note §3.4, cleaned), plus ``num_samples``
-        draws of
-        the per-draw location/scale and joint samples of ``y`` by the Monte Carlo scheme of Eq. (25)."""
+        draws of the per-draw location/scale and joint samples of ``y`` by the Monte Carlo scheme of
+        Eq. (25).  ``mask`` (e.g. ``sparsity_report(model).masks``): predict with the pruned network
+        (:meth:`pruned`), test-time local updates included."""
         num_samples = check_positive_int("num_samples", num_samples)
+        if mask is not None:
+            with self.pruned(mask):
+                return self.predictive(model, x, num_samples)
         with torch.no_grad():
             loc, mom, info = self.fit_locals(model, x)
             k = self.num_hidden
@@ -807,7 +891,12 @@ class BowtieCAVIGuide(ClosedFormGuide):
         dt = x.dtype
         nh = self.num_hidden
         for k in range(nh + 1):
-            for site, params in (("tau", self._tau_params(model, k)), ("psi", self._psi_params(model, k))):
+            scales = (
+                ()
+                if self.gaussian
+                else (("tau", self._tau_params(model, k)), ("psi", self._psi_params(model, k)))
+            )
+            for site, params in scales:
                 _, _, _, nu_h, d_h, lam = params
                 q = gig_distribution(*(v.to(dt) for v in (nu_h, d_h, lam)))
                 pyro.sample(f"fc{k}.{site}", q if site == "tau" else q.to_event(2))
@@ -917,29 +1006,6 @@ def _ridge_gcv(z: Tensor, y: Tensor) -> Tensor:
 
 
 def ensemble_predictions(members: list[Predictions], elbos: list[float], zeta: float = 0.1) -> Predictions:
-    """ELBO-weighted ensemble of K variational approximations (§3.5): ``w_k ∝ exp(zeta ELBO_k)`` with the
-    tempering
-    ``zeta`` in (0, 0.1] (paper; value not reported), ``E[y] = sum_k w_k E_k[y]`` and
-    ``Var = sum_k w_k Var_k + sum_k w_k E_k^2 - (sum_k w_k E_k)^2``.  Per-draw locations/scales are pooled
-    with
-    each member's draws kept in proportion to ``w_k`` (a mixture over members).  ``extras["weights"]`` holds
-    w."""
-    if len(members) == 0 or len(members) != len(elbos):
-        raise ValueError("members and elbos must be non-empty lists of the same length")
-    zeta = check_positive("zeta", zeta)
-    w = torch.softmax(zeta * torch.tensor(elbos, dtype=F64), 0)
-    wt = [float(v) for v in w]
-    mean = sum(wk * p.mean.double() for wk, p in zip(wt, members))
-    second = sum(wk * (p.var.double() + p.mean.double() ** 2) for wk, p in zip(wt, members))
-    var = (second - mean**2).clamp_min(0)
-    dt = members[0].mean.dtype
-    locs = scales = None
-    if all(p.loc is not None and p.scale is not None for p in members):
-        s_total = members[0].loc.shape[0]
-        counts = torch.distributions.Multinomial(s_total, probs=w).sample().long().tolist()
-        picks = [(p.loc[:c], p.scale[:c]) for p, c in zip(members, counts) if c > 0]
-        locs = torch.cat([a for a, _ in picks], 0)
-        scales = torch.cat([b for _, b in picks], 0)
-    return Predictions(
-        "regression", mean=mean.to(dt), var=var.to(dt), loc=locs, scale=scales, extras={"weights": wt}
-    )
+    """ELBO-weighted ensemble of K variational approximations (§3.5): :func:`zoo.ensemble.combine_predictions`
+    (kept here under the paper's name)."""
+    return combine_predictions(members, elbos, zeta)

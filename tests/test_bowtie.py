@@ -17,6 +17,7 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from pyro import poutine
 from pyro.infer import Predictive, Trace_ELBO
 from scipy import integrate, stats
 
@@ -25,7 +26,7 @@ from zoo.bowtie import BowtieModel, PolyaGamma1, pg_mean
 from zoo.data import make_bowtie_toy
 from zoo.data.synthetic import bowtie_mean
 from zoo.inference import fit
-from zoo.priors.ngig import BowtieNoisePrior, NGIGPrior, gig_mean, gig_mean_reciprocal
+from zoo.priors.ngig import BowtieNoisePrior, GaussianBowtiePrior, NGIGPrior, gig_mean, gig_mean_reciprocal
 from zoo.registry import build, get_entry
 from zoo.reproduce import PROTOCOLS
 
@@ -108,12 +109,14 @@ def test_model_validates_arguments():
 
 
 # ------------------------------------------------------------------------------------------------ CAVI
-@pytest.mark.parametrize("em", [False, True])
-def test_elbo_never_decreases_after_any_factor_update(em):
+@pytest.mark.parametrize("em,gaussian", [(False, False), (True, False), (False, True)])
+def test_elbo_never_decreases_after_any_factor_update(em, gaussian):
     """Each update (13)-(19), the EM step included, is an exact coordinate optimum: the closed-form ELBO of
-    note §2.5 is non-decreasing after every single factor update (float64, toy data, L = 1, 20 units)."""
+    note §2.5 is non-decreasing after every single factor update (float64, toy data, L = 1, 20 units); also
+    under the Gaussian weight prior of the GVBNN ablation."""
     x, y = toy(100)
-    m = BowtieModel(2, (20,), 1, noise_rate=None).double()
+    prior = GaussianBowtiePrior(delta_glob=2.0) if gaussian else None
+    m = BowtieModel(2, (20,), 1, noise_rate=None, prior=prior).double()
     g = BowtieCAVIGuide(m, em=em)
     g.initialize(m, x, y)
     history = [g.elbo(m, x, y)]
@@ -131,14 +134,14 @@ def test_elbo_never_decreases_after_any_factor_update(em):
     assert history[-1] > history[0] + 10.0
 
 
-@pytest.mark.parametrize("hidden", [(3,), (3, 2)])
-def test_closed_form_elbo_matches_trace_elbo(hidden):
+@pytest.mark.parametrize("hidden,gaussian", [((3,), False), ((3, 2), False), ((3,), True)])
+def test_closed_form_elbo_matches_trace_elbo(hidden, gaussian):
     """The closed-form ELBO equals a Monte Carlo Trace_ELBO of the Pyro model/guide pair within 4 standard
     errors:
     model (augmented joint §2.4) and guide (family Eqs. 12-19) match the math."""
     x, y = toy(10, seed=1)
     pyro.set_rng_seed(3)
-    m = small_model(hidden)
+    m = small_model(hidden, **({"prior": GaussianBowtiePrior(bias_scale=3.0)} if gaussian else {}))
     g = BowtieCAVIGuide(m)
     g.initialize(m, x, y)
     for _ in range(4):
@@ -225,6 +228,33 @@ def test_bayesian_fdr_pruning():
     assert rep.density == pytest.approx(3 / 9)
 
 
+def test_pruned_network_predicts():
+    """§3.4: the FDR-pruned network predicts with the surviving weights' joint Gaussian.  Masking every
+    weight leaves only the output bias (a constant prediction); the toy's pruned network predicts close to
+    the full one (paper §4.1: "the predictions from the sparse and full posteriors nearly coincide")."""
+    x, y = toy(150)
+    torch.manual_seed(0)
+    m = BowtieModel(2, (20,), 1, noise_rate=None, auto_bias_scale=True, auto_delta_glob=True).double()
+    g = BowtieCAVIGuide(m)
+    for _ in range(60):
+        g.closed_form_update(m, x, y)
+    xt, _ = toy(200, seed=5)
+    rep = g.sparsity_report(m)
+    full = g.predictive(m, xt, num_samples=20)
+    sparse = g.predictive(m, xt, num_samples=20, mask=rep.masks)
+    m_before = g.m0.clone()
+    none = {k: torch.zeros_like(v) for k, v in rep.masks.items()}
+    const = g.predictive(m, xt, num_samples=20, mask=none)
+    assert torch.equal(g.m0, m_before)  # the guide is restored after the block
+    assert torch.allclose(const.mean, const.mean[0].expand_as(const.mean), atol=1e-6)
+    assert float(const.mean[0]) == pytest.approx(float(g.m1[0, 0]), abs=1e-6)
+    gap = float(((sparse.mean - full.mean) ** 2).mean().sqrt())
+    assert 0 < sum(rep.extras["edges_kept"]) < 60
+    assert gap < 0.25 * float(full.mean.std()), (gap, rep.extras)
+    with pytest.raises(ValueError, match="fc0.weight"):
+        g.predictive(m, xt, mask={"fc0.weight": torch.ones(3, 3, dtype=torch.bool)})
+
+
 # ------------------------------------------------------------------------------------------------ registry
 def test_registry_entry_protocols_and_state_dict_round_trip():
     entry = get_entry("bowtie")
@@ -262,6 +292,41 @@ def test_svi_minibatch_fit_through_training_loop():
     truth = torch.tensor(bowtie_mean(xt[:, 0].numpy()))
     rmse = float(((g.predictive(m, xt, num_samples=10).mean - truth) ** 2).mean().sqrt())
     assert rmse < 2.0, rmse
+
+
+def test_svi_beta_rules_paper_harmonic_vs_textbook_linear():
+    """§3.3: from the same state and minibatch, the paper's harmonic blend of ``beta`` and the textbook
+    linear blend differ only in ``beta``, and harmonic <= arithmetic mean (AM-HM) elementwise."""
+    x, y = toy(80)
+    out = {}
+    for rule in ("paper", "textbook"):
+        torch.manual_seed(0)
+        m = BowtieModel(2, (6,), 1, noise_rate=None).double()
+        g = BowtieCAVIGuide(m, beta_rule=rule, forgetting_rate=1.0)
+        g.initialize(m, x, y)
+        beta0 = g.beta0.clone()
+        g.svi_update(m, x, y, torch.arange(20))
+        out[rule] = (beta0, g.beta0.clone(), g.m0.clone())
+    (b0, bp, mp), (b0t, bt, mt) = out["paper"], out["textbook"]
+    assert torch.equal(b0, b0t) and torch.allclose(mp, mt)  # same start, same weight update
+    assert (bp <= bt * (1 + 1e-12)).all() and not torch.allclose(bp, bt)
+    # step l_0 = 1/2 (forgetting rate 1): recover beta_hat from the linear blend, check the harmonic one
+    beta_hat = 2 * bt - b0
+    assert torch.allclose(bp, 1.0 / (0.5 / b0 + 0.5 / beta_hat))
+    with pytest.raises(ValueError, match="beta_rule"):
+        BowtieCAVIGuide(m, beta_rule="other")
+
+
+def test_gaussian_prior_model_has_no_scale_sites_and_em_is_refused():
+    m = BowtieModel(2, (4,), 1, prior=GaussianBowtiePrior(delta_glob=2.0, delta_loc=3.0))
+    tr = poutine.trace(m).get_trace(torch.randn(5, 2), torch.randn(5))
+    assert not any(k.endswith((".tau", ".psi")) for k in tr.nodes)
+    # App. D.1 scaling: v_l = (delta_glob^2 / L)(delta_loc^2 / fan_in)
+    assert float(m.prior.weight_variance(1, 2)) == pytest.approx(4.0 * 9.0 / 2)
+    g = BowtieCAVIGuide(m)
+    assert g.gaussian
+    with pytest.raises(ValueError, match="em"):
+        BowtieCAVIGuide(m, em=True)
 
 
 def test_ensemble_weights_and_moments():

@@ -43,7 +43,7 @@ from .architectures import MLP, align_particles
 from .distributions import PolyaGamma, log_cosh, polya_gamma_mean
 from .likelihoods import GaussianLikelihood
 from .model import BayesianModel
-from .priors.ngig import BowtieNoisePrior, NGIGPrior
+from .priors.ngig import BowtieNoisePrior, GaussianBowtiePrior, NGIGPrior
 from .validation import check_positive
 
 __all__ = ["BowtieModel", "PolyaGamma1", "log_cosh_half", "pg_mean"]
@@ -70,7 +70,8 @@ class BowtieModel(BayesianModel):
     Args:
         in_features, hidden, out_features: architecture (any depth ``L = len(hidden) >= 1`` and widths).
         temperature: ``T`` of the gate ``Bern(sigmoid(z/T))`` (§1.2); default 0.1 ([code] ``ModelConfig``).
-        prior: :class:`NGIGPrior` (default: IG Student-t(3) global and local scales, D.1 scaling).
+        prior: :class:`NGIGPrior` (default: IG Student-t(3) global and local scales, D.1 scaling), or
+            :class:`~zoo.priors.ngig.GaussianBowtiePrior` (the GVBNN ablation).
         hidden_noise: :class:`BowtieNoisePrior` (``alpha_0^h = 2``, ``beta_0^h = 1e-4``).
         noise_concentration, noise_rate: ``alpha_0``, ``beta_0`` of the output noise ``IG``;
         ``noise_rate=None``
@@ -86,7 +87,7 @@ class BowtieModel(BayesianModel):
         out_features: int = 1,
         *,
         temperature: float = 0.1,
-        prior: NGIGPrior | None = None,
+        prior: NGIGPrior | GaussianBowtiePrior | None = None,
         hidden_noise: BowtieNoisePrior | None = None,
         noise_concentration: float = 2.0,
         noise_rate: float | None = None,
@@ -97,8 +98,8 @@ class BowtieModel(BayesianModel):
         if len(hidden) == 0:
             raise ValueError("hidden: the bow-tie network needs at least one hidden layer")
         prior = NGIGPrior() if prior is None else prior
-        if not isinstance(prior, NGIGPrior):
-            raise TypeError(f"prior must be an NGIGPrior, got {type(prior).__name__}")
+        if not isinstance(prior, (NGIGPrior, GaussianBowtiePrior)):
+            raise TypeError(f"prior must be an NGIGPrior or GaussianBowtiePrior, got {type(prior).__name__}")
         lik = GaussianLikelihood(
             "inverse_gamma",
             noise_concentration,

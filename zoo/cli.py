@@ -76,6 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="model builder option (repeatable), e.g. --option regularized=true; values parse as JSON",
     )
+    f.add_argument(
+        "--ensemble",
+        type=int,
+        default=1,
+        metavar="K",
+        help="fit K members (seeds seed + 10007 i) and combine them with ELBO weights (paper 000 §3.6); "
+        "members go to DIR/member_i, the ensemble's metrics to DIR/metrics.json",
+    )
+    f.add_argument("--jobs", type=int, default=1, help="worker processes for --ensemble members")
+    f.add_argument("--zeta", type=float, default=0.1, help="ensemble weight tempering, w ∝ exp(zeta ELBO)")
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--out", required=True)
     r = sub.add_parser(
@@ -86,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--splits", default=None, help="e.g. 0-9 or 0,3,5 (default: the protocol's)")
     r.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
     r.add_argument("--steps", type=int, default=None, help="override the step budget (smoke runs)")
+    r.add_argument("--variants", default=None, help="comma-separated subset of the protocol's variants")
     r.add_argument(
         "--merge",
         action="store_true",
@@ -125,7 +136,9 @@ def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Non
         parser.error(f"argument --dataset: unknown dataset {a.dataset!r}; valid: {', '.join(DATASETS)}")
     if a.split < 0:
         parser.error(f"argument --split: must be >= 0, got {a.split}")
-    for name in ("steps", "num_samples", "batch_size", "threads"):
+    if a.zeta < 0 or a.zeta != a.zeta or a.zeta == float("inf"):
+        parser.error(f"argument --zeta: must be a finite number >= 0, got {a.zeta}")
+    for name in ("steps", "num_samples", "batch_size", "threads", "ensemble", "jobs"):
         v = getattr(a, name)
         if v is not None and v <= 0:
             parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
@@ -174,6 +187,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (TypeError, ValueError) as e:
             parser.error(f"argument --option/--hidden: {e}")
         pyro.enable_validation(False)
+        if a.ensemble > 1:
+            from .checkpoint import atomic_write_bytes
+            from .ensemble import fit_ensemble
+            from .jobs import dumps_json
+
+            ens = fit_ensemble(
+                a.model,
+                ds,
+                k=a.ensemble,
+                jobs=a.jobs,
+                zeta=a.zeta,
+                seed=a.seed,
+                split=a.split,
+                out_dir=a.out,
+                hidden=a.hidden,
+                guide=a.guide,
+                steps=a.steps,
+                lr=a.lr,
+                batch_size=a.batch_size,
+                device=a.device,
+                num_samples=a.num_samples,
+                options=a.options,
+            )
+            atomic_write_bytes(os.path.join(a.out, "metrics.json"), dumps_json(ens.metrics).encode())
+            m = ens.metrics
+            keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
+            print(
+                f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: "
+                + ", ".join(f"{k}={m[k]:.4g}" for k in keys)
+                + f", weights={[round(w, 3) for w in m['weights']]} -> {a.out}"
+            )
+            return 0
         run = fit_on_dataset(
             a.model,
             ds,
@@ -218,9 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"argument --out: {a.out!r} exists and is not a directory")
         cmd = "zoo " + " ".join(sys.argv[1:]) if argv is None else "zoo " + " ".join(argv)
         try:
-            check_protocol_data(a.name, splits)
+            variants = None if a.variants is None else [v for v in a.variants.split(",") if v]
+            check_protocol_data(a.name, splits, variants)
         except (FileNotFoundError, ValueError) as e:
-            parser.error(f"argument NAME/--splits: {e}")
+            parser.error(f"argument NAME/--splits/--variants: {e}")
         run_protocol(
             a.name,
             a.out,
@@ -229,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             command=cmd,
             overrides={"steps": a.steps} if a.steps else None,
             merge=a.merge,
+            variants=variants,
         )
         return 0
     return 2  # pragma: no cover

@@ -28,7 +28,7 @@ from .predict import Predictions, predict
 from .registry import build, get_entry
 from .validation import resolve_device
 
-__all__ = ["RunOutput", "fit_on_dataset", "evaluate", "train_set_metrics", "write_run"]
+__all__ = ["RunOutput", "fit_on_dataset", "evaluate", "score_predictions", "train_set_metrics", "write_run"]
 
 
 @dataclass
@@ -37,6 +37,7 @@ class RunOutput:
     dataset: Dataset
     metrics: dict
     predictions: Predictions
+    train_predictions: Predictions | None = None
 
 
 def _prepare(dataset: Dataset, device: torch.device, dtype=torch.float32, standardize_y: bool = True):
@@ -51,24 +52,34 @@ def _prepare(dataset: Dataset, device: torch.device, dtype=torch.float32, standa
     return xtr, ytr, xte, yte, extra
 
 
-def evaluate(
-    result: FitResult, dataset: Dataset, x_test, y_test, num_samples: int = 100, seed: int = 0
-) -> tuple[dict, Predictions]:
-    """Test metrics of a fit (original target scale)."""
-    pred = predict(result, x_test, num_samples=num_samples, seed=seed)
-    y = y_test.detach().cpu().numpy()
+def score_predictions(dataset: Dataset, pred: Predictions, y_true) -> dict:
+    """Metrics of a predictive distribution against ``y_true`` (original target scale): regression RMSE,
+    Gaussian NLL, mixture NLL over draws (when the draws are kept), 95 % coverage; classification accuracy,
+    NLL, ECE (10 bins)."""
+    y = y_true.detach().cpu().numpy() if torch.is_tensor(y_true) else np.asarray(y_true)
     out: dict = {}
     if dataset.task == "regression":
         mean, var = pred.mean.cpu().numpy(), pred.var.cpu().numpy()
         out["rmse"] = metrics.rmse(y, mean)
         out["nll"] = metrics.gaussian_nll(y, mean, var)
-        out["nll_mixture"] = metrics.mixture_nll(y, pred.loc.cpu().numpy(), pred.scale.cpu().numpy())
+        if pred.loc is not None and pred.scale is not None:
+            out["nll_mixture"] = metrics.mixture_nll(y, pred.loc.cpu().numpy(), pred.scale.cpu().numpy())
         out["coverage95"] = metrics.coverage(y, mean, var, level=0.95)
     else:
         probs = pred.probs.cpu().numpy()
         out["accuracy"] = metrics.accuracy(y, probs)
         out["nll"] = metrics.categorical_nll(y, probs)
         out["ece"] = metrics.ece(y, probs, n_bins=10)
+    return out
+
+
+def evaluate(
+    result: FitResult, dataset: Dataset, x_test, y_test, num_samples: int = 100, seed: int = 0
+) -> tuple[dict, Predictions]:
+    """Test metrics of a fit (original target scale), see :func:`score_predictions`, plus the guide's
+    sparsity-report density when it has one."""
+    pred = predict(result, x_test, num_samples=num_samples, seed=seed)
+    out = score_predictions(dataset, pred, y_test)
     sparsity = getattr(result.guide, "sparsity_report", None)
     if callable(sparsity):
         with result.activate():
@@ -155,11 +166,13 @@ def fit_on_dataset(
 
 def train_set_metrics(run: RunOutput, num_samples: int = 100) -> dict:
     """Training-set metrics (``train_<metric>``) and the under-fitting gap ``nll_gap = nll - train_nll``
-    (paper 002 §9.3), from the same predictive as the test metrics."""
+    (paper 002 §9.3), from the same predictive as the test metrics; the training-set predictions are kept in
+    ``run.train_predictions``."""
     xtr, ytr, _, _ = run.dataset.tensors(device=run.result.device)
-    scores, _ = evaluate(
+    scores, pred = evaluate(
         run.result, run.dataset, xtr, ytr, num_samples=num_samples, seed=int(run.metrics["seed"])
     )
+    run.train_predictions = pred
     out = {f"train_{k}": v for k, v in scores.items() if k not in ("density", "nll_mixture")}
     out["nll_gap"] = run.metrics["nll"] - out["train_nll"]
     return out

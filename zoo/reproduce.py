@@ -69,16 +69,28 @@ def register_protocol(p: Protocol) -> Protocol:
 
 
 def _run_one(spec: RunSpec) -> dict:
+    """One protocol row; ``ensemble: K`` in the spec's kwargs makes it a K-member ELBO-weighted ensemble
+    (:func:`zoo.ensemble.fit_ensemble`, members fitted in this worker)."""
     torch.set_num_threads(1)
     import pyro
 
     pyro.enable_validation(False)
     t0 = time.perf_counter()
-    out = fit_on_dataset(
-        spec.model, spec.dataset, split=spec.split, progress=False, seed=spec.split, **spec.kwargs
-    )
-    row = {"variant": spec.variant, **out.metrics, "total_seconds": round(time.perf_counter() - t0, 3)}
-    return row
+    kwargs = dict(spec.kwargs)
+    k = int(kwargs.pop("ensemble", 1))
+    if k > 1:
+        from .ensemble import fit_ensemble
+
+        zeta = float(kwargs.pop("zeta", 0.1))
+        out = fit_ensemble(
+            spec.model, spec.dataset, k=k, zeta=zeta, split=spec.split, seed=spec.split, **kwargs
+        )
+        metrics = out.metrics
+    else:
+        metrics = fit_on_dataset(
+            spec.model, spec.dataset, split=spec.split, progress=False, seed=spec.split, **kwargs
+        ).metrics
+    return {"variant": spec.variant, **metrics, "total_seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _summarize(rows: list[dict], metrics: Sequence[str]) -> dict:
@@ -142,13 +154,27 @@ def _preflight(specs: Sequence[RunSpec]) -> None:
             load_dataset(s.dataset, s.split, data_dir=s.kwargs.get("data_dir"))
 
 
-def check_protocol_data(name: str, splits: Sequence[int] | None = None) -> None:
-    """Raise (``FileNotFoundError``/``ValueError``) now if protocol ``name`` cannot load its data."""
+def select_variants(specs: list[RunSpec], variants: Sequence[str] | None) -> list[RunSpec]:
+    """The runs of the named ``variants`` only (all runs for ``None``); an unknown name is a ValueError."""
+    if variants is None:
+        return specs
+    known = list(dict.fromkeys(s.variant for s in specs))
+    unknown = [v for v in variants if v not in known]
+    if unknown or not variants:
+        raise ValueError(f"variants: unknown {unknown or variants}; this protocol has {known}")
+    return [s for s in specs if s.variant in set(variants)]
+
+
+def check_protocol_data(
+    name: str, splits: Sequence[int] | None = None, variants: Sequence[str] | None = None
+) -> None:
+    """Raise (``FileNotFoundError``/``ValueError``) now if protocol ``name`` cannot load its data (or names
+    no such variant)."""
     if name not in available_protocols():
         raise ValueError(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
         )
-    _preflight(PROTOCOLS[name].runs(splits))
+    _preflight(select_variants(PROTOCOLS[name].runs(splits), variants))
 
 
 def _key(variant: str, dataset: str, split: int) -> tuple[str, str, int]:
@@ -201,13 +227,15 @@ def run_protocol(
     overrides: dict | None = None,
     progress: bool = True,
     merge: bool = False,
+    variants: Sequence[str] | None = None,
 ) -> dict:
     """Run protocol ``name`` and write ``NAME.json`` / ``NAME.md`` atomically into ``out_dir``.
 
     Each finished fit is appended to ``DIR/NAME.partial.jsonl`` (fsynced); an interrupted run started
     again with the same protocol and overrides resumes from it, and it is removed once the results are
     written.  ``merge=True`` keeps the rows of an existing ``DIR/NAME.json`` whose (variant, dataset,
-    split) this run does not redo, so a protocol can be completed split range by split range."""
+    split) this run does not redo, so a protocol can be completed split range by split range (and, with
+    ``variants``, variant by variant)."""
     import json
 
     from .checkpoint import atomic_write_bytes
@@ -217,7 +245,7 @@ def run_protocol(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
         )
     p = PROTOCOLS[name]
-    specs = p.runs(splits)
+    specs = select_variants(p.runs(splits), variants)
     if overrides:
         specs = [RunSpec(s.variant, s.model, s.dataset, s.split, {**s.kwargs, **overrides}) for s in specs]
     _preflight(specs)

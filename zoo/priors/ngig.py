@@ -40,6 +40,7 @@ from .base import Prior
 
 __all__ = [
     "NGIGPrior",
+    "GaussianBowtiePrior",
     "BowtieNoisePrior",
     "gig_distribution",
     "gig_log_normalizer",
@@ -175,6 +176,53 @@ class NGIGPrior(Prior):
             )
             scale = (tau[..., None, None] * psi).sqrt()
             out[s.name] = pyro.sample(s.name, dist.Normal(torch.zeros_like(scale), scale).to_event(2))
+        return out
+
+
+class GaussianBowtiePrior(Prior):
+    """Gaussian weight prior for the bow-tie network — the GVBNN ablation of paper 000 (Table 2/4; note 000
+    §1.3 item 5, "Gaussian priors", variance not reported).
+
+    ``W_{l,d,d'} ~ N(0, v_l)`` with ``v_l = (delta_glob^2 / L) (delta_loc^2 / D_{l-1})`` under the App. D.1
+    scaling (``delta_glob^2 delta_loc^2`` without it) and ``b ~ N(0, s_0^2)``.  ``v_l`` is the mean
+    prior variance ``E[tau] E[psi]`` of the default N-GIG prior (IG(3/2, delta^2/2) global and local scales
+    have mean ``delta^2``), so VBNN and GVBNN differ only in the shrinkage, not in the prior scale.
+    ``delta_glob`` and ``s_0`` are resolved from the data as for :class:`NGIGPrior` (the model's ``auto``
+    options)."""
+
+    def __init__(
+        self,
+        delta_glob: float = 1.0,
+        delta_loc: float = 1.0,
+        bias_scale: float = 1.0,
+        scale_with_architecture: bool = True,
+    ) -> None:
+        super().__init__()
+        for name, v in (("delta_glob", delta_glob), ("delta_loc", delta_loc), ("bias_scale", bias_scale)):
+            self.register_buffer(name, torch.tensor(check_positive(name, v)))
+        self.scale_with_architecture = bool(scale_with_architecture)
+
+    def config(self) -> dict:
+        return {k: float(getattr(self, k)) for k in ("delta_glob", "delta_loc", "bias_scale")} | {
+            "scale_with_architecture": self.scale_with_architecture,
+            "gaussian": True,
+        }
+
+    def weight_variance(self, num_hidden: int, fan_in: int) -> Tensor:
+        """``v_l`` of a layer with ``fan_in`` inputs in a network with ``num_hidden`` hidden layers."""
+        g, loc = self.delta_glob**2, self.delta_loc**2
+        if self.scale_with_architecture:
+            g = g / max(num_hidden, 1)
+            loc = loc / fan_in
+        return g * loc
+
+    def sample_params(self, specs: Sequence[ParamSpec]) -> dict[str, Tensor]:
+        num_hidden = max(s.layer for s in specs)
+        out: dict[str, Tensor] = {}
+        for s in specs:
+            scale = self.bias_scale if s.role == "bias" else self.weight_variance(num_hidden, s.fan_in).sqrt()
+            d = dist.Normal(torch.zeros_like(scale), scale).expand(s.shape).to_event(len(s.shape))
+            out[s.name] = pyro.sample(s.name, d)
         return out
 
 
