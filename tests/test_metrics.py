@@ -562,3 +562,21 @@ def test_bad_torch_inputs_raise_too(device):
         M.rmse(y, torch.tensor([0.0, float("nan")], device=device))
     with pytest.raises(ValueError, match="^`mean`"):
         M.rmse(y, y[:, None])
+
+
+# ------------------------------------------------------------------ predictive entropy / mutual information
+def test_predictive_entropy_and_mutual_information_closed_forms():
+    from zoo.metrics import mutual_information, predictive_entropy
+
+    p = np.array([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    assert predictive_entropy(p) == pytest.approx([np.log(4), 0.0, np.log(2)])
+    assert predictive_entropy(np.array([0.5, 1.0])) == pytest.approx([np.log(2), 0.0])  # binary P(y=1)
+    # two confident draws that disagree: mean is uniform (H = log 2), each draw has H = 0 -> MI = log 2
+    draws = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])
+    assert mutual_information(draws) == pytest.approx([np.log(2)])
+    same = np.repeat(np.array([[[0.3, 0.7]]]), 5, axis=0)
+    assert mutual_information(same) == pytest.approx([0.0], abs=1e-12)
+    with pytest.raises(ValueError, match="draw_probs"):
+        mutual_information(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="probs"):
+        predictive_entropy(np.array([[0.5, 0.6]]))

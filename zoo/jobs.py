@@ -28,7 +28,15 @@ from .predict import Predictions, predict
 from .registry import build, get_entry
 from .validation import resolve_device
 
-__all__ = ["RunOutput", "fit_on_dataset", "evaluate", "score_predictions", "train_set_metrics", "write_run"]
+__all__ = [
+    "RunOutput",
+    "fit_on_dataset",
+    "evaluate",
+    "ood_metrics",
+    "score_predictions",
+    "train_set_metrics",
+    "write_run",
+]
 
 
 @dataclass
@@ -162,6 +170,38 @@ def fit_on_dataset(
     if entry.extra_metrics is not None:
         info.update(entry.extra_metrics(run))
     return run
+
+
+OOD_PARTNER = {"mnist10k": "kmnist10k", "kmnist10k": "mnist10k"}
+
+
+def ood_metrics(run: RunOutput, ood: str | Dataset | None = None, num_samples: int = 100) -> dict:
+    """Out-of-domain predictive entropy (paper 001 §4.2: an MNIST model on KMNIST should be uncertain):
+    mean per-point entropy of the model-averaged probabilities on the in-domain test set (``entropy_in``)
+    and on the test inputs of ``ood`` (``entropy_ood``; default: :data:`OOD_PARTNER` of the run's
+    dataset), plus the mean mutual information (epistemic part) on both when per-draw probabilities are
+    available."""
+    if run.dataset.task == "regression":
+        raise ValueError("run: out-of-domain entropy needs a classification run")
+    if ood is None:
+        if run.dataset.name not in OOD_PARTNER:
+            raise ValueError(f"ood: no default out-of-domain set for {run.dataset.name!r}; pass one")
+        ood = OOD_PARTNER[run.dataset.name]
+    ds_ood = ood if isinstance(ood, Dataset) else load_dataset(ood, int(run.metrics.get("split", 0)))
+    if ds_ood.in_features != run.dataset.in_features:
+        raise ValueError(
+            f"ood: {ds_ood.name} has {ds_ood.in_features} inputs, the model {run.dataset.in_features}"
+        )
+    _, _, xo, _ = ds_ood.tensors(device=run.result.device)
+    pred_o = predict(run.result, xo, num_samples=num_samples, seed=int(run.metrics.get("seed", 0)))
+    out = {
+        "entropy_in": float(metrics.predictive_entropy(run.predictions.probs).mean()),
+        "entropy_ood": float(metrics.predictive_entropy(pred_o.probs).mean()),
+    }
+    if run.predictions.draw_probs is not None and pred_o.draw_probs is not None:
+        out["mi_in"] = float(metrics.mutual_information(run.predictions.draw_probs).mean())
+        out["mi_ood"] = float(metrics.mutual_information(pred_o.draw_probs).mean())
+    return out
 
 
 def train_set_metrics(run: RunOutput, num_samples: int = 100) -> dict:

@@ -78,6 +78,8 @@ __all__ = [
     "accuracy",
     "confident_accuracy",
     "ece",
+    "predictive_entropy",
+    "mutual_information",
     "pinball_loss",
     "waic",
     "density",
@@ -421,6 +423,25 @@ def confident_accuracy(y: Any, probs: Any, threshold: float = 0.95) -> tuple[flo
     if not np.any(keep):
         return float("nan"), frac
     return float(np.mean(pred[keep] == y_[keep])), frac
+
+
+def predictive_entropy(probs: Any) -> np.ndarray:
+    """Per-point entropy ``H[p(y | x, D)] = -sum_k p_k log p_k`` (nats) of model-averaged (N, K) or binary
+    (N,) probabilities: the total predictive uncertainty, e.g. on out-of-domain inputs (paper 001 §4.2,
+    MNIST-trained models on KMNIST)."""
+    raw = _as_numpy(probs, "probs")
+    p = _class_probs(raw, raw.shape[0] if raw.ndim >= 1 else 0)
+    return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=1)
+
+
+def mutual_information(draw_probs: Any) -> np.ndarray:
+    """Per-point epistemic uncertainty ``I[y; theta | x, D] = H[E_theta p] - E_theta H[p]`` (nats) from
+    per-draw probabilities (S, N, K) (the BALD score); ``>= 0``, zero when all draws agree."""
+    d = _float(draw_probs, "draw_probs", min_ndim=3)
+    if d.ndim != 3:
+        raise ValueError(f"`draw_probs` must be (S, N, K) per-draw class probabilities, got shape {d.shape}")
+    per_draw = np.stack([predictive_entropy(d_s) for d_s in d])  # validates each draw
+    return np.maximum(predictive_entropy(d.mean(axis=0)) - per_draw.mean(axis=0), 0.0)
 
 
 def ece(y: Any, probs: Any, n_bins: int = 10) -> float:

@@ -113,7 +113,12 @@ def selection_metrics(run) -> dict:
 
 
 def _selection_if_known(run) -> dict:
-    """TPR/FPR when the data carry a true support (``logistic-sim``) and the net is one neuron."""
+    """TPR/FPR when the data carry a true support (``logistic-sim``) and the net is one neuron; the
+    out-of-domain entropy (:func:`zoo.jobs.ood_metrics`) on mnist10k/kmnist10k."""
+    from zoo.jobs import OOD_PARTNER, ood_metrics
+
+    if run.dataset.name in OOD_PARTNER:
+        return ood_metrics(run)
     if "beta_true" in run.dataset.meta and run.result.model.architecture.hidden == ():
         return selection_metrics(run)
     return {}
@@ -148,7 +153,7 @@ register_protocol(
             "BMA over R = 10 draws; density = MPM (α > 0.5)."
         ),
         runs=_mnist_runs,
-        metrics=("accuracy", "nll", "ece", "density"),
+        metrics=("accuracy", "nll", "ece", "density", "entropy_in", "entropy_ood"),
         paper={
             ("lbbnn-mf", "mnist10k"): {"accuracy": 0.981, "density": 0.079},
         },

@@ -115,7 +115,7 @@ register_protocol(
             "FLOW: K = 2 IAF steps (q and r), MADE 2 x 50 (the guide's default; the paper uses 2 x 250)."
         ),
         runs=_mnist_runs,
-        metrics=("accuracy", "nll", "ece", "density"),
+        metrics=("accuracy", "nll", "ece", "density", "entropy_in", "entropy_ood"),
         paper={
             ("lbbnn-lcrt", "mnist10k"): {"accuracy": 0.9808, "density": 0.103},
             ("lbbnn-flow", "mnist10k"): {"accuracy": 0.9842, "density": 0.074},
