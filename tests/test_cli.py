@@ -136,29 +136,34 @@ def test_console_script_entry_point():
     assert "mfvi-bnn" in r.stdout
 
 
-def test_reproduce_smoke_on_shared_uci(tmp_path, data_dir, monkeypatch):
-    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
-    from zoo.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol, run_protocol
+def _smoke_protocol(name: str, run_kwargs: dict, metrics: tuple, paper: dict | None = None) -> None:
+    """Register (once) a protocol of mfvi-bnn fits on uci:yacht, splits 0-1 by default."""
+    from zoo.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol
 
-    if "smoke-uci" not in PROTOCOLS:
+    if name not in PROTOCOLS:
         register_protocol(
             Protocol(
-                "smoke-uci",
+                name,
                 "smoke",
                 lambda s: [
-                    RunSpec(
-                        "mfvi-bnn",
-                        "mfvi-bnn",
-                        "uci:yacht",
-                        k,
-                        {"hidden": [10], "steps": 30, "num_samples": 10},
-                    )
-                    for k in (s or [0, 1])
+                    RunSpec("mfvi-bnn", "mfvi-bnn", "uci:yacht", k, dict(run_kwargs)) for k in (s or [0, 1])
                 ],
-                ("rmse", "nll", "coverage95"),
-                {("mfvi-bnn", "uci:yacht"): {"rmse": 1.61}},
+                metrics,
+                paper or {},
             )
         )
+
+
+def test_reproduce_smoke_on_shared_uci(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    from zoo.reproduce import run_protocol
+
+    _smoke_protocol(
+        "smoke-uci",
+        {"hidden": [10], "steps": 30, "num_samples": 10},
+        ("rmse", "nll", "coverage95"),
+        {("mfvi-bnn", "uci:yacht"): {"rmse": 1.61}},
+    )
     doc = run_protocol("smoke-uci", tmp_path, progress=False)
     assert len(doc["rows"]) == 2 and {r["split"] for r in doc["rows"]} == {0, 1}
     s = doc["summary"]["mfvi-bnn"]["uci:yacht"]
@@ -173,22 +178,9 @@ def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypat
     import json
 
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
-    from zoo.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol, run_protocol
+    from zoo.reproduce import run_protocol
 
-    if "smoke-merge" not in PROTOCOLS:
-        register_protocol(
-            Protocol(
-                "smoke-merge",
-                "smoke",
-                lambda s: [
-                    RunSpec(
-                        "mfvi-bnn", "mfvi-bnn", "uci:yacht", k, {"hidden": [5], "steps": 5, "num_samples": 5}
-                    )
-                    for k in (s or [0, 1])
-                ],
-                ("rmse",),
-            )
-        )
+    _smoke_protocol("smoke-merge", {"hidden": [5], "steps": 5, "num_samples": 5}, ("rmse",))
     fake = {"variant": "mfvi-bnn", "dataset": "uci:yacht", "split": 0, "rmse": 123.0}
     (tmp_path / "smoke-merge.partial.jsonl").write_text(
         json.dumps({"protocol": "smoke-merge", "overrides": {}}) + "\n" + json.dumps(fake) + "\n"
@@ -201,5 +193,7 @@ def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypat
     assert sorted(r["split"] for r in doc2["rows"]) == [0, 1, 2]
     assert doc2["summary"]["mfvi-bnn"]["uci:yacht"]["n_splits"] == 3 and len(doc2["history"]) == 1
     assert "Merged with 2 earlier rows" in (tmp_path / "smoke-merge.md").read_text()
+    with pytest.raises(ValueError, match="variants"):
+        run_protocol("smoke-merge", tmp_path, splits=[2], progress=False, variants=["nope"])
     doc3 = run_protocol("smoke-merge", tmp_path, splits=[2], progress=False)  # no merge: overwrites
     assert [r["split"] for r in doc3["rows"]] == [2]

@@ -187,28 +187,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (TypeError, ValueError) as e:
             parser.error(f"argument --option/--hidden: {e}")
         pyro.enable_validation(False)
+        fit_kwargs = {
+            "split": a.split,
+            "hidden": a.hidden,
+            "guide": a.guide,
+            "steps": a.steps,
+            "lr": a.lr,
+            "batch_size": a.batch_size,
+            "device": a.device,
+            "num_samples": a.num_samples,
+            "options": a.options,
+        }
         if a.ensemble > 1:
             from .checkpoint import atomic_write_bytes
             from .ensemble import fit_ensemble
             from .jobs import dumps_json
 
             ens = fit_ensemble(
-                a.model,
-                ds,
-                k=a.ensemble,
-                jobs=a.jobs,
-                zeta=a.zeta,
-                seed=a.seed,
-                split=a.split,
-                out_dir=a.out,
-                hidden=a.hidden,
-                guide=a.guide,
-                steps=a.steps,
-                lr=a.lr,
-                batch_size=a.batch_size,
-                device=a.device,
-                num_samples=a.num_samples,
-                options=a.options,
+                a.model, ds, k=a.ensemble, jobs=a.jobs, zeta=a.zeta, seed=a.seed, out_dir=a.out, **fit_kwargs
             )
             atomic_write_bytes(os.path.join(a.out, "metrics.json"), dumps_json(ens.metrics).encode())
             m = ens.metrics
@@ -219,21 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + f", weights={[round(w, 3) for w in m['weights']]} -> {a.out}"
             )
             return 0
-        run = fit_on_dataset(
-            a.model,
-            ds,
-            split=a.split,
-            hidden=a.hidden,
-            guide=a.guide,
-            steps=a.steps,
-            lr=a.lr,
-            batch_size=a.batch_size,
-            seed=a.seed,
-            device=a.device,
-            progress=not a.no_progress,
-            num_samples=a.num_samples,
-            options=a.options,
-        )
+        run = fit_on_dataset(a.model, ds, seed=a.seed, progress=not a.no_progress, **fit_kwargs)
         paths = write_run(run, a.out)
         m = run.metrics
         keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
