@@ -85,6 +85,19 @@ def test_fit_classification_keys(tmp_path):
     assert ckpt["spec"]["options"] == {"weight_scale": 0.5, "fan_in_scaling": True}
 
 
+def test_fit_guide_options_reach_the_guide_and_the_checkpoint(tmp_path):
+    """``--guide-option`` is passed to the guide factory and recorded, so a checkpoint rebuilds the same
+    guide (here the bow-tie SVI beta rule)."""
+    from zoo.checkpoint import load
+
+    out = tmp_path / "run"
+    argv = ["fit", "bowtie", "--dataset", "diabetes", "--hidden", "3", "--steps", "2", "--num-samples", "5"]
+    assert main([*argv, "--guide-option", "beta_rule=textbook", "--no-progress", "--out", str(out)]) == 0
+    res = load(out / "checkpoint.pt")
+    assert res.spec["guide_options"] == {"beta_rule": "textbook"}
+    assert res.guide.beta_rule == "textbook"
+
+
 @pytest.mark.parametrize(
     "args, word",
     [
@@ -101,6 +114,11 @@ def test_fit_classification_keys(tmp_path):
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--option", "no_such_option=1"], "--option"),
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--option", "weight_scale"], "--option"),
         (["fit", "mfvi-bnn", "--dataset", "diabetes", "--option", "weight_scale=-1"], "--option"),
+        (["fit", "bowtie", "--dataset", "diabetes", "--guide-option", "beta_rule=other"], "--guide-option"),
+        (["fit", "bowtie", "--dataset", "diabetes", "--guide-option", "no_such=1"], "--guide-option"),
+        (["fit", "bowtie", "--dataset", "diabetes", "--guide-option", "beta_rule"], "--guide-option"),
+        (["fit", "mfvi-bnn", "--dataset", "diabetes", "--ensemble", "0"], "--ensemble"),
+        (["reproduce", "mfvi-uci", "--variants", "nope"], "--variants"),
         (["reproduce", "nope"], "NAME"),
         (["reproduce", "mfvi-uci", "--splits", "a-b"], "--splits"),
         (["reproduce", "mfvi-uci", "--jobs", "0"], "--jobs"),

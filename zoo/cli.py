@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="model builder option (repeatable), e.g. --option regularized=true; values parse as JSON",
     )
     f.add_argument(
+        "--guide-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="guide option (repeatable), e.g. --guide-option beta_rule=textbook; values parse as JSON",
+    )
+    f.add_argument(
         "--ensemble",
         type=int,
         default=1,
@@ -156,6 +163,10 @@ def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Non
         a.options = _parse_options(a.option)
     except ValueError as e:
         parser.error(f"argument --option: expected KEY=VALUE, got {e.args[0]!r}")
+    try:
+        a.guide_options = _parse_options(a.guide_option)
+    except ValueError as e:
+        parser.error(f"argument --guide-option: expected KEY=VALUE, got {e.args[0]!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,10 +193,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:  # builder options are checked by building once, before anything is fitted or written
             build(
-                a.model, ds.in_features, ds.out_features, ds.task, hidden=a.hidden, guide=a.guide, **a.options
+                a.model,
+                ds.in_features,
+                ds.out_features,
+                ds.task,
+                hidden=a.hidden,
+                guide=a.guide,
+                guide_options=a.guide_options,
+                **a.options,
             )
         except (TypeError, ValueError) as e:
-            parser.error(f"argument --option/--hidden: {e}")
+            parser.error(f"argument --option/--guide-option/--hidden: {e}")
         pyro.enable_validation(False)
         fit_kwargs = {
             "split": a.split,
@@ -197,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "device": a.device,
             "num_samples": a.num_samples,
             "options": a.options,
+            "guide_options": a.guide_options,
         }
         if a.ensemble > 1:
             from .checkpoint import atomic_write_bytes

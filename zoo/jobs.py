@@ -111,6 +111,7 @@ def fit_on_dataset(
     num_samples: int = 100,
     data_dir: str | os.PathLike | None = None,
     options: dict | None = None,
+    guide_options: dict | None = None,
     train_metrics: bool = False,
 ) -> RunOutput:
     """Load ``dataset``, build registry ``model``, fit with the entry's defaults (overridable), evaluate."""
@@ -121,7 +122,14 @@ def fit_on_dataset(
     # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
     xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=bool(d.get("standardize_y", True)))
     m, g, spec = build(
-        model, ds.in_features, ds.out_features, ds.task, hidden=hidden, guide=guide, **(options or {})
+        model,
+        ds.in_features,
+        ds.out_features,
+        ds.task,
+        hidden=hidden,
+        guide=guide,
+        guide_options=guide_options,
+        **(options or {}),
     )
     bs = batch_size if batch_size is not None else d.get("batch_size")
     if bs is not None and bs >= ds.n_train:

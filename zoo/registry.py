@@ -99,9 +99,12 @@ def build(
     *,
     hidden: Sequence[int] | None = None,
     guide: str | None = None,
+    guide_options: dict | None = None,
     **options,
 ):
-    """Build ``(model, guide, spec)`` for registry entry ``name``."""
+    """Build ``(model, guide, spec)`` for registry entry ``name``: ``options`` go to the model builder,
+    ``guide_options`` to the guide factory (e.g. ``{"beta_rule": "textbook"}`` for the bow-tie CAVI guide,
+    ``{"init_rho": -6.0}`` for an LBBNN guide); both are recorded in ``spec`` for checkpoints."""
     entry = get_entry(name)
     if task not in entry.tasks:
         raise ValueError(f"task: {name} supports {list(entry.tasks)}, not {task!r}")
@@ -110,7 +113,13 @@ def build(
         raise ValueError(f"guide: {name} offers guides {list(entry.guides)}, not {guide_name!r}")
     hidden = tuple(entry.default_hidden if hidden is None else hidden)
     model = entry.build(in_features, out_features, task, hidden, **options)
-    g = entry.guides[guide_name](model)
+    guide_options = dict(guide_options or {})
+    try:
+        g = entry.guides[guide_name](model, **guide_options)
+    except TypeError as e:
+        if not guide_options:
+            raise
+        raise TypeError(f"guide_options: guide {guide_name!r} of {name} rejected {guide_options}: {e}") from e
     spec = {
         "model": name,
         "guide": guide_name,
@@ -119,6 +128,7 @@ def build(
         "task": task,
         "hidden": list(hidden),
         "options": dict(options),
+        "guide_options": guide_options,
     }
     return model, g, spec
 
@@ -131,6 +141,7 @@ def build_from_spec(spec: dict):
         spec["task"],
         hidden=spec["hidden"],
         guide=spec["guide"],
+        guide_options=spec.get("guide_options"),
         **spec.get("options", {}),
     )
     return model, guide
