@@ -261,6 +261,7 @@ def run_protocol(
         )
     t0 = time.perf_counter()
     results: dict[tuple[str, str, int], dict] = {k: v for k, v in done.items()}
+    wanted = {_spec_key(s) for s in specs}
     with open(journal, "w") as fh:
         _append_line(fh, json.dumps(signature))
         for r in done.values():
@@ -271,7 +272,8 @@ def run_protocol(
             _append_line(fh, dumps_json(row).replace("\n", " "))
             if progress:
                 print(
-                    f"[{len(results)}/{len(specs)}] {row['variant']} {row['dataset']} split {row['split']}: "
+                    f"[{len(wanted.intersection(results))}/{len(specs)}] "
+                    f"{row['variant']} {row['dataset']} split {row['split']}: "
                     + ", ".join(f"{m}={row.get(m, float('nan')):.4g}" for m in p.metrics),
                     flush=True,
                 )
