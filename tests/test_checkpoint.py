@@ -81,6 +81,17 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # no temporary left behind
 
 
+def test_atomic_write_gives_umask_permissions(tmp_path):
+    """The temporary file of an atomic write is created 0600; the final file gets 0666 & ~umask."""
+    from zoo.checkpoint import atomic_write_bytes
+
+    from zoo import checkpoint
+
+    atomic_write_bytes(tmp_path / "m.json", b"{}")
+    assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o666 & ~checkpoint._UMASK
+    assert (tmp_path / "m.json").stat().st_mode & 0o600 == 0o600
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="path"):
         load(tmp_path / "missing.pt")

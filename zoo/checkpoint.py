@@ -24,6 +24,8 @@ from .inference import ConvergenceMonitor, FitResult, make_optimizer
 __all__ = ["save", "load", "atomic_write_bytes", "atomic_torch_save"]
 
 FORMAT = "pyro-bnn-zoo/checkpoint-1"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
 
 
 def _atomic(path: str | os.PathLike, write) -> None:
@@ -38,6 +40,7 @@ def _atomic(path: str | os.PathLike, write) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
