@@ -210,7 +210,7 @@ def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypat
     doc2 = run_protocol("smoke-merge", tmp_path, splits=[2], progress=False, merge=True)
     assert sorted(r["split"] for r in doc2["rows"]) == [0, 1, 2]
     assert doc2["summary"]["mfvi-bnn"]["uci:yacht"]["n_splits"] == 3 and len(doc2["history"]) == 1
-    assert "Merged with 2 earlier rows" in (tmp_path / "smoke-merge.md").read_text()
+    assert "Merged with 2 rows" in (tmp_path / "smoke-merge.md").read_text()
     with pytest.raises(ValueError, match="variants"):
         run_protocol("smoke-merge", tmp_path, splits=[2], progress=False, variants=["nope"])
     doc3 = run_protocol("smoke-merge", tmp_path, splits=[2], progress=False)  # no merge: overwrites

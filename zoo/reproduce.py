@@ -122,9 +122,7 @@ def _markdown(p: Protocol, summary: dict, header: dict) -> str:
         "",
     ]
     for h in header.get("history", []):
-        lines[-1:-1] = [
-            f"Merged with {h['rows']} earlier rows from `{h['command']}` ({h['wall_seconds']:.0f} s)  "
-        ]
+        lines[-1:-1] = [f"Merged with {h['rows']} rows from `{h['command']}` ({h['wall_seconds']:.0f} s)  "]
     cols = list(p.metrics)
     lines.append("| variant | dataset | splits | " + " | ".join(cols) + " | fit s | paper |")
     lines.append("|" + "---|" * (len(cols) + 5))
@@ -293,8 +291,10 @@ def run_protocol(
         mine = {_spec_key(s) for s in specs}
         kept = [r for r in old.get("rows", []) if _row_key(r) not in mine]
         rows = kept + rows
-        history = old.get("history", []) + [
-            {"command": old.get("command"), "wall_seconds": old.get("wall_seconds"), "rows": len(kept)}
+        earlier = old.get("history", [])
+        own = max(len(kept) - sum(int(h.get("rows", 0)) for h in earlier), 0)  # rows that run itself made
+        history = earlier + [
+            {"command": old.get("command"), "wall_seconds": old.get("wall_seconds"), "rows": own}
         ]
     summary = _summarize(rows, p.metrics)
     header = {
