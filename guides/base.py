@@ -30,7 +30,9 @@ class ClosedFormGuide(PyroModule):
     def closed_form_update(
         self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
     ) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement closed_form_update() (abstract interface)"
+        )
 
     def closed_form_elbo(
         self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None

@@ -257,15 +257,21 @@ class LBBNNGuide(ClosedFormGuide):
 
     def inclusion_logits(self, g: int, spec: ParamSpec) -> Tensor:  # pragma: no cover - abstract
         """Sample (inside the guide) and return the inclusion logits ``logit α`` of weight tensor ``g``."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement inclusion_logits() (abstract interface)"
+        )
 
     def expected_inclusion(self, g: int, spec: ParamSpec) -> Tensor:  # pragma: no cover - abstract
         """``E_q[α]`` of weight tensor ``g`` (deterministic)."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement expected_inclusion() (abstract interface)"
+        )
 
     def draw_inclusion_logits(self, g: int, spec: ParamSpec, num: int) -> Tensor:  # pragma: no cover
         """``num`` draws of ``logit α`` (shape ``(num, *spec.shape)``) for prediction, no Pyro sites."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement draw_inclusion_logits() (abstract interface)"
+        )
 
     # -- the guide ------------------------------------------------------------------------------------
 

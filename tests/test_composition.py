@@ -160,3 +160,22 @@ def test_registry_errors():
         build("blr-cavi", 3, 1, "multiclass")
     with pytest.raises(ValueError, match="hidden"):
         build("blr-cavi", 3, 1, "regression", hidden=[4])
+
+
+def test_abstract_interfaces_name_the_missing_method():
+    """A new prior/guide that forgets part of the contract gets an error naming its class and the method."""
+    import pytest as _pytest
+
+    from guides.base import ClosedFormGuide
+    from zoo.priors.base import Prior
+
+    class HalfPrior(Prior):
+        pass
+
+    class HalfGuide(ClosedFormGuide):
+        pass
+
+    with _pytest.raises(NotImplementedError, match="HalfPrior must implement sample_params"):
+        HalfPrior().sample_params([])
+    with _pytest.raises(NotImplementedError, match="HalfGuide must implement closed_form_update"):
+        HalfGuide().closed_form_update(None, None, None)

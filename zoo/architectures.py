@@ -77,17 +77,17 @@ class Architecture(nn.Module):
     out_features: int
 
     def param_specs(self) -> list[ParamSpec]:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement param_specs() (abstract interface)")
 
     def forward(self, x: Tensor, params: Mapping[str, Tensor]) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement forward() (abstract interface)")
 
     def num_params(self) -> int:
         return sum(s.numel for s in self.param_specs())
 
     def config(self) -> dict:
         """Constructor arguments, for checkpoints and the registry."""
-        raise NotImplementedError  # pragma: no cover
+        raise NotImplementedError(f"{type(self).__name__} must implement config() (abstract interface)")
 
 
 class MLP(Architecture):

@@ -36,7 +36,7 @@ class Likelihood(PyroModule):
         return {}
 
     def distribution(self, f: Tensor, latents: dict[str, Tensor]) -> dist.Distribution:  # pragma: no cover
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement distribution() (abstract interface)")
 
     def observe(self, f: Tensor, y: Tensor | None, latents: dict[str, Tensor]) -> Tensor:
         return pyro.sample("obs", self.distribution(f, latents), obs=y)

@@ -25,7 +25,9 @@ class Prior(PyroModule):
     """Base class of every prior (see module docstring for the contract)."""
 
     def sample_params(self, specs: Sequence[ParamSpec]) -> dict[str, Tensor]:  # pragma: no cover
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement sample_params() (abstract interface)"
+        )
 
     def config(self) -> dict:  # pragma: no cover
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement config() (abstract interface)")
