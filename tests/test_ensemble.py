@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from zoo.cli import main
-from zoo.ensemble import combine_predictions, ensemble_weights, fit_ensemble
+from zoo.ensemble import SEED_STRIDE, combine_predictions, ensemble_weights, fit_ensemble
 from zoo.jobs import fit_on_dataset
 from zoo.predict import Predictions
 
@@ -60,6 +60,11 @@ def test_fit_ensemble_members_and_workers():
     m = serial.metrics
     assert m["ensemble_size"] == 2 and m["nll_gap"] == pytest.approx(m["nll"] - m["train_nll"])
     assert 0 < m["rmse"] < 200 and 0 <= m["coverage95"] <= 1
+    # uniform-weight columns: the RMSE of the plain average of the two members' predictive means
+    other = fit_on_dataset("mfvi-bnn", "diabetes", seed=3 + SEED_STRIDE, progress=False, **FAST)
+    avg = 0.5 * (single.predictions.mean + other.predictions.mean)
+    _, _, _, yte = single.dataset.tensors()
+    assert m["uniform_rmse"] == pytest.approx(float(((avg - yte) ** 2).mean().sqrt()), rel=1e-5)
     parallel = fit_ensemble("mfvi-bnn", "diabetes", k=2, jobs=2, seed=3, train_metrics=True, **FAST)
     for key in ("rmse", "nll", "coverage95", "train_nll"):
         assert parallel.metrics[key] == pytest.approx(m[key], rel=1e-6), key

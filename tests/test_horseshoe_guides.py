@@ -183,3 +183,51 @@ def test_zoo_fit_cli_on_yacht(tmp_path, data_dir):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["guide"] == "factorized" and 0 < metrics["density"] <= 1
     assert math.isfinite(metrics["rmse"]) and (out / "checkpoint.pt").exists()
+
+
+def test_protocol_metrics_count_units_by_rule_and_by_profile():
+    """``hs_metrics`` (the hs protocols' extra columns) agrees with the sparsity report it summarizes, and the
+    regression scores carry both RMSE conventions of note 004 §6.1."""
+    from zoo.jobs import fit_on_dataset
+    from zoo.models.horseshoe import ACTIVE_FRACTION, hs_metrics
+
+    run = fit_on_dataset(
+        "hs-bnn", "toy-hs", split=0, hidden=[8], steps=40, num_samples=20, progress=False
+    )
+    info = run.metrics
+    assert info["rmse_draws"] >= info["rmse"] - 1e-9
+    assert info["rmse_pointwise"] > 0
+    guide, model = run.result.guide, run.result.model
+    with run.result.activate():
+        report = guide.sparsity_report(model)
+    norms = torch.tensor(report.extras["weight_norms"]["fc0"])
+    assert info["units_kept"] == report.extras["units_kept"]["fc0"] == 8  # nothing is pruned after 40 steps
+    assert info["units_active"] == int((norms >= ACTIVE_FRACTION * norms.max()).sum())
+    # plant: switch off all but two units -> the rule prunes them and the profile sees two active units
+    with torch.no_grad():
+        guide.l0_tau_mu_unconstrained[2:] = -40.0
+        guide.update_auxiliaries()
+    planted = hs_metrics(run)
+    assert planted == {"units_kept": 2, "units_active": 2}
+
+
+def test_hs_toys_figure_script(tmp_path):
+    """``benchmarks/plot_hs_toys.py`` draws the protocol's JSON (one row per variant and trial)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "plot_hs_toys.py"
+    spec = importlib.util.spec_from_file_location("plot_hs_toys", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [
+        {"variant": f"{tag}-{w}", "nll": 3.0 + 0.1 * k, "units_kept": 15, "units_active": 3}
+        for tag in ("gauss", "hs-fact", "hs-struct")
+        for w in (10, 100, 1000)
+        for k in range(2)
+    ] + [{"variant": n, "nll": 0.1, "units_kept": 15, "units_active": 2} for n in ("hs221-centered",)]
+    src = tmp_path / "hs-toys.json"
+    src.write_text(json.dumps({"rows": rows}))
+    out = mod.main([str(src)])
+    assert out == tmp_path / "hs-toys.png" and out.stat().st_size > 1000
+    assert not list(tmp_path.glob("*.tmp.png"))

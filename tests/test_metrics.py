@@ -27,6 +27,18 @@ def test_rmse_hand():
     assert M.rmse([1.0, 2.0, 3.0], [1.0, 3.0, 5.0]) == pytest.approx(math.sqrt(5.0 / 3.0), rel=1e-14)
 
 
+def test_rmse_conventions_hand():
+    # two draws of three points; y = 0.  draw errors (1, 1, 1) and (3, 3, -1)
+    y, loc = [0.0, 0.0, 0.0], [[1.0, 1.0, 1.0], [3.0, 3.0, -1.0]]
+    assert M.rmse_draws(y, loc) == pytest.approx(0.5 * (1.0 + math.sqrt(19.0 / 3.0)), rel=1e-14)
+    # per point: sqrt((1 + 9)/2), sqrt((1 + 9)/2), sqrt((1 + 1)/2)
+    assert M.rmse_pointwise(y, loc) == pytest.approx((2 * math.sqrt(5.0) + 1.0) / 3.0, rel=1e-14)
+    # the per-draw convention bounds the RMSE of the draws' mean (2, 2, 0) from above (triangle inequality)
+    assert M.rmse(y, [2.0, 2.0, 0.0]) < M.rmse_draws(y, loc)
+    with pytest.raises(ValueError, match="loc"):
+        M.rmse_draws(y, [[1.0, 2.0]])
+
+
 def test_gaussian_nll_hand():
     y, mean, var = [0.0, 1.0, -1.0], [0.0, 0.0, 1.0], [1.0, 4.0, 0.5]
     terms = [

@@ -143,6 +143,11 @@ def fit_ensemble(
     pred = combine_predictions([r["test"] for r in results], elbos, zeta, seed=seed)
     _, _, _, yte = ds.tensors()
     scores = score_predictions(ds, pred, yte)
+    if zeta > 0 and k > 1:
+        # the same members under uniform weights (zeta -> 0): with ELBOs hundreds of nats apart, zeta = 0.1
+        # puts all the weight on the best-ELBO member, and these columns show what averaging alone gives
+        upred = combine_predictions([r["test"] for r in results], elbos, 0.0, seed=seed)
+        scores.update({f"uniform_{m}": v for m, v in score_predictions(ds, upred, yte).items()})
     densities = [r["metrics"]["density"] for r in results if r["metrics"].get("density") is not None]
     if densities:
         scores["density"] = sum(densities) / len(densities)

@@ -71,7 +71,10 @@ def score_predictions(dataset: Dataset, pred: Predictions, y_true) -> dict:
         out["rmse"] = metrics.rmse(y, mean)
         out["nll"] = metrics.gaussian_nll(y, mean, var)
         if pred.loc is not None and pred.scale is not None:
-            out["nll_mixture"] = metrics.mixture_nll(y, pred.loc.cpu().numpy(), pred.scale.cpu().numpy())
+            loc = pred.loc.cpu().numpy()
+            out["nll_mixture"] = metrics.mixture_nll(y, loc, pred.scale.cpu().numpy())
+            out["rmse_draws"] = metrics.rmse_draws(y, loc)
+            out["rmse_pointwise"] = metrics.rmse_pointwise(y, loc)
         out["coverage95"] = metrics.coverage(y, mean, var, level=0.95)
     else:
         probs = pred.probs.cpu().numpy()

@@ -69,6 +69,8 @@ from scipy.special import logsumexp
 __all__ = [
     "PAPER003_PINBALL_LEVELS",
     "rmse",
+    "rmse_draws",
+    "rmse_pointwise",
     "gaussian_nll",
     "mixture_nll",
     "nll_from_loglik",
@@ -240,6 +242,32 @@ def rmse(y: Any, mean: Any) -> float:
     m = _float(mean, "mean")
     _same_shape(m, "mean", y_.shape, "the shape of `y`")
     return float(np.sqrt(np.mean((y_ - m) ** 2)))
+
+
+def _draws(y: Any, loc: Any) -> tuple[np.ndarray, np.ndarray]:
+    y_ = _float(y, "y", min_ndim=1)
+    mu = _float(loc, "loc", min_ndim=1)
+    if mu.shape[1:] != y_.shape:
+        raise ValueError(
+            f"`loc` has shape {mu.shape}, expected (S,) + {y_.shape} (S draws of the shape of `y`)"
+        )
+    return y_, mu
+
+
+def rmse_draws(y: Any, loc: Any) -> float:
+    """RMSE of each posterior draw's network output over the test set, averaged over draws:
+    ``mean_s sqrt(mean_n (loc[s, n] - y_n)^2)`` (note 004 §6.1, the authors' code's convention).
+    Never smaller than :func:`rmse` of the draws' mean (triangle inequality)."""
+    y_, mu = _draws(y, loc)
+    err = (mu - y_[None]).reshape(mu.shape[0], -1)
+    return float(np.mean(np.sqrt(np.mean(err**2, axis=1))))
+
+
+def rmse_pointwise(y: Any, loc: Any) -> float:
+    """Paper 004 App. D: the per-point RMS error over draws averaged over points,
+    ``mean_n sqrt(mean_s (loc[s, n] - y_n)^2)`` (note 004 §6.1)."""
+    y_, mu = _draws(y, loc)
+    return float(np.mean(np.sqrt(np.mean((mu - y_[None]) ** 2, axis=0))))
 
 
 def gaussian_nll(y: Any, mean: Any, var: Any) -> float:

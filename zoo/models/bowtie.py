@@ -177,7 +177,7 @@ register_protocol(
             "weights exp(0.1 ELBO)."
         ),
         runs=_uci_runs,
-        metrics=("rmse", "nll", "coverage95"),
+        metrics=("rmse", "nll", "coverage95", "uniform_rmse", "uniform_nll", "uniform_coverage95"),
         paper={
             (v, f"uci:{UCI_FOLDER[d]}"): {"rmse": r, "nll": n, "coverage": c}
             for v, rows in _TABLE4.items()
