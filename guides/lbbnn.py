@@ -375,6 +375,15 @@ class LBBNNGuide(ClosedFormGuide):
             return self._predictive
         return super().__getattr__(name)
 
+    def draw_networks(self, num: int, mode: str = "bma", threshold: float = 0.5) -> dict[str, Tensor]:
+        """``num`` weight-space networks ``{param name: (num, *shape)}`` under prediction ``mode``
+        (:data:`PREDICTIVE_MODES`): ``"bma"`` draws ``γ ~ Bern(α)`` and the slab (full model averaging,
+        Eq. 4.15), ``"mpm"`` keeps ``γ = I(E α > threshold)`` and draws the slab; ``"mean"``/``"mpm-mean"``
+        return one deterministic network (leading dim 1)."""
+        if mode not in PREDICTIVE_MODES:
+            raise ValueError(f"mode must be one of {PREDICTIVE_MODES}, got {mode!r}")
+        return self._draw_params(check_positive_int("num", num), mode, float(threshold))
+
     @torch.no_grad()
     def _draw_params(self, num: int, mode: str, threshold: float) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}

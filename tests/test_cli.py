@@ -154,8 +154,10 @@ def test_console_script_entry_point():
     assert "mfvi-bnn" in r.stdout
 
 
-def _smoke_protocol(name: str, run_kwargs: dict, metrics: tuple, paper: dict | None = None) -> None:
-    """Register (once) a protocol of mfvi-bnn fits on uci:yacht, splits 0-1 by default."""
+def _smoke_protocol(
+    name: str, run_kwargs: dict, metrics: tuple, paper: dict | None = None, dataset: str = "uci:yacht"
+) -> None:
+    """Register (once) a protocol of mfvi-bnn fits on ``dataset``, splits 0-1 by default."""
     from zoo.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol
 
     if name not in PROTOCOLS:
@@ -164,7 +166,7 @@ def _smoke_protocol(name: str, run_kwargs: dict, metrics: tuple, paper: dict | N
                 name,
                 "smoke",
                 lambda s: [
-                    RunSpec("mfvi-bnn", "mfvi-bnn", "uci:yacht", k, dict(run_kwargs)) for k in (s or [0, 1])
+                    RunSpec("mfvi-bnn", "mfvi-bnn", dataset, k, dict(run_kwargs)) for k in (s or [0, 1])
                 ],
                 metrics,
                 paper or {},
@@ -188,6 +190,22 @@ def test_reproduce_smoke_on_shared_uci(tmp_path, data_dir, monkeypatch):
     assert s["n_splits"] == 2 and s["rmse"]["mean"] > 0
     assert (tmp_path / "smoke-uci.json").exists() and "rmse" in (tmp_path / "smoke-uci.md").read_text()
     assert not (tmp_path / "smoke-uci.partial.jsonl").exists()
+
+
+def test_reproduce_keeps_rows_of_aliased_datasets(tmp_path, data_dir, monkeypatch):
+    """A protocol naming a dataset by alias (``uci:boston``) keeps its rows, keyed by the alias, with the
+    loader's canonical name beside it (the rows used to be dropped from the table)."""
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    from zoo.reproduce import run_protocol
+
+    _smoke_protocol(
+        "smoke-alias", {"hidden": [3], "steps": 3, "num_samples": 3}, ("rmse",), dataset="uci:boston"
+    )
+    doc = run_protocol("smoke-alias", tmp_path, splits=[0], progress=False)
+    assert len(doc["rows"]) == 1
+    row = doc["rows"][0]
+    assert row["dataset"] == "uci:boston" and row["dataset_name"] == "uci:bostonHousing"
+    assert doc["summary"]["mfvi-bnn"]["uci:boston"]["rmse"]["min"] == row["rmse"]
 
 
 def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypatch):

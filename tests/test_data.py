@@ -536,3 +536,34 @@ def test_registry_synthetic_protocols():
     assert tuple(lg.meta["support"]) == LOGISTIC_SUPPORT and lg.meta["beta_true"].shape == (20,)
     x_all, _, _ = make_logistic_selection(n=2000, seed=0)
     np.testing.assert_array_equal(lg.x_test, x_all[lg.meta["test_index"]])
+
+
+def test_cv10_folds_partition_every_row_and_stratify(data_dir):
+    """``cv10:<name>``: the 10 held-out folds partition all rows of the base set (file order), stratified for
+    classification, with x standardised by the training folds only."""
+    from zoo.data.cv import kfold_indices
+
+    base = load_dataset("breast-cancer", 0, standardize=False)
+    n = base.n_train + base.n_test
+    y_all = np.concatenate([base.y_train, base.y_test])
+    seen = np.zeros(n, dtype=int)
+    prop = y_all.mean()
+    for k in range(10):
+        ds = load_dataset("cv10:breast-cancer", k)
+        tr, te = ds.meta["train_index"], ds.meta["test_index"]
+        assert len(np.intersect1d(tr, te)) == 0 and len(tr) + len(te) == n
+        seen[te] += 1
+        assert ds.name == "cv10:breast-cancer" and ds.split == k and ds.n_test in (56, 57)
+        assert abs(ds.y_test.mean() - prop) < 0.03  # stratified: every fold has the base class balance
+        np.testing.assert_allclose(ds.x_train.mean(0), 0.0, atol=1e-10)
+        assert np.abs(ds.x_test.mean(0)).max() > 1e-6  # test rows use the training statistics
+    assert (seen == 1).all()
+    # regression: plain K-fold over every row, same folds as sklearn's KFold(shuffle, random_state=1)
+    reg = load_dataset("cv10:uci:boston", 4, data_dir=data_dir)
+    tr, te = kfold_indices(np.zeros(506), "regression", 4)
+    np.testing.assert_array_equal(reg.meta["test_index"], te)
+    assert reg.n_train == 455 and reg.n_test == 51 and reg.y_mean is not None
+    with pytest.raises(ValueError, match="out of range"):
+        load_dataset("cv10:breast-cancer", 10)
+    with pytest.raises(ValueError, match="tabular base"):
+        load_dataset("cv10:mnist10k", 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
 import pyro
 import pytest
 import torch
@@ -272,3 +273,109 @@ def test_bnn_flow_on_gaussian_prior_model_fit_predict(tmp_path, device):
     res.save(tmp_path / "bnnflow.pt")
     p2 = load(tmp_path / "bnnflow.pt", device=device).predict(x, num_samples=30, seed=0)
     assert torch.allclose(p.mean, p2.mean, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- tabular study (note 003 §4.4)
+
+
+def test_guide_options_reach_the_flow_guides():
+    """``guide_options`` reach the flow and LCRT guides (the protocols set MADE 2 x 100 / 2 x 250)."""
+    import zoo.models.lbbnn_flows  # noqa: F401  (extends the registry entries)
+
+    _, g, spec = build(
+        "lbbnn", 5, 1, "binary", hidden=[4], guide="flow", guide_options={"flow_hidden": [7, 6]}
+    )
+    widths = {m.out_features for m in g.modules() if isinstance(m, torch.nn.Linear)}
+    assert spec["guide_options"] == {"flow_hidden": [7, 6]} and {7, 6} <= widths, widths
+    _, g2, _ = build("lbbnn", 5, 1, "binary", hidden=[4], guide="lcrt", guide_options={"init_scale": 0.01})
+    assert float(g2.fc0_weight_loc.detach().abs().max()) <= 0.01
+    with pytest.raises(TypeError, match="guide_options"):
+        build("lbbnn", 5, 1, "binary", hidden=[4], guide="lcrt", guide_options={"nope": 1})
+
+
+TAUS = np.arange(1, 20) * 0.05
+
+
+def _pinball(z, q):
+    """Mean pinball loss of quantile predictions ``q`` (19, N) at the levels ``TAUS``."""
+    u = z[None] - q
+    return float(np.mean(np.maximum(TAUS[:, None] * u, (TAUS[:, None] - 1) * u)))
+
+
+def _mixture_quantile(locs, tau):
+    """The ``tau`` quantile of the equal-weight mixture of N(loc_s, 1) (root of its CDF)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    return brentq(lambda t: norm.cdf(t - locs).mean() - tau, -20, 20)
+
+
+@pytest.fixture(scope="module")
+def tabular_runs():
+    from zoo.jobs import fit_on_dataset
+
+    common = {"hidden": [6], "steps": 60, "batch_size": 64, "num_samples": 5, "progress": False}
+    opts = {"hyper": "fixed", "inclusion": 0.3}
+    reg = fit_on_dataset(
+        "lbbnn", "cv10:diabetes", split=2, guide="lcrt", options={**opts, "noise": "fixed"}, **common
+    )
+    cls = fit_on_dataset("lbbnn", "cv10:breast-cancer", split=2, guide="mean-field", options=opts, **common)
+    return reg, cls
+
+
+def test_tabular_metrics_match_hand_computation(tabular_runs):
+    """The protocol's BMA / MPM metrics against the same draws scored by hand: WAIC sums, RMSE on both
+    scales, the paper's point pinball, and the quantile pinball against the exact quantiles of the
+    Gaussian mixture (its Monte Carlo error is second order, so 0.01 is generous for S = 1000)."""
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+
+    from zoo.models.lbbnn_tabular import mode_loglik
+
+    reg, cls = tabular_runs
+    m = reg.metrics
+    y = reg.dataset.y_test
+    mu, sd = reg.result.config["y_mean"], reg.result.config["y_std"]
+    for mode in ("bma", "mpm"):
+        ll, loc = mode_loglik(reg, mode, 1000, seed=0)
+        assert ll.shape == loc.shape == (1000, len(y))
+        np.testing.assert_allclose(ll, norm.logpdf(y, loc, sd), rtol=1e-5, atol=1e-5)
+        lppd = logsumexp(ll, axis=0) - math.log(1000)
+        assert m[f"{mode}_p_waic1"] == pytest.approx(2 * np.sum(lppd - ll.mean(0)), rel=1e-6)
+        assert m[f"{mode}_p_waic2"] == pytest.approx(np.sum(ll.var(0, ddof=1)), rel=1e-6)
+        assert m[f"{mode}_nll"] == pytest.approx(-lppd.mean(), rel=1e-6)
+        mean = loc.mean(0)
+        assert m[f"{mode}_rmse"] == pytest.approx(np.sqrt(np.mean((y - mean) ** 2)), rel=1e-6)
+        assert m[f"{mode}_rmse_std"] == pytest.approx(m[f"{mode}_rmse"] / sd, rel=1e-6)
+        z, zl = (y - mu) / sd, (loc - mu) / sd
+        point = np.broadcast_to(zl.mean(0), (19, len(z)))
+        assert m[f"{mode}_pinball"] == pytest.approx(_pinball(z, point), rel=1e-6)
+        exact = np.array([[_mixture_quantile(zl[:, n], t) for n in range(len(z))] for t in TAUS])
+        assert abs(m[f"{mode}_pinball_q"] - _pinball(z, exact)) < 0.01
+        assert m[f"{mode}_pinball_q"] < m[f"{mode}_pinball"]  # quantiles beat the mean as every quantile
+    # MPM networks keep exactly the median-probability weights; BMA draws switch weights on and off
+    g = reg.result.guide
+    with reg.result.activate():
+        masks = g.sparsity_report(reg.result.model).masks
+        mpm = g.draw_networks(50, "mpm")
+        bma = g.draw_networks(50, "bma")
+    for name, keep in masks.items():
+        assert (mpm[name][:, ~keep] == 0).all() and (mpm[name][:, keep] != 0).all()
+        on = (bma[name] != 0).double().mean(0)
+        assert ((on > 0) & (on < 1)).any()
+    # classification: accuracy and ECE of the averaged probabilities, WAIC from the same draws
+    mc = cls.metrics
+    yc = cls.dataset.y_test
+    ll, probs = mode_loglik(cls, "bma", 1000, seed=0)
+    p = probs.mean(0)
+    assert probs.shape == (1000, len(yc), 2)
+    np.testing.assert_allclose(ll, np.log(probs[:, np.arange(len(yc)), yc]), rtol=1e-5, atol=1e-6)
+    assert mc["bma_accuracy"] == pytest.approx(np.mean(p.argmax(1) == yc))
+    conf = p.max(1)
+    bins = np.clip(np.ceil(conf * 10).astype(int) - 1, 0, 9)
+    ece = sum(abs(np.sum((p.argmax(1) == yc)[bins == b]) - np.sum(conf[bins == b])) for b in range(10)) / len(
+        yc
+    )
+    assert mc["bma_ece"] == pytest.approx(ece, abs=1e-9)
+    lppd = logsumexp(ll, axis=0) - math.log(1000)
+    assert mc["bma_p_waic1"] == pytest.approx(2 * np.sum(lppd - ll.mean(0)), rel=1e-6)

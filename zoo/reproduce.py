@@ -90,7 +90,13 @@ def _run_one(spec: RunSpec) -> dict:
         metrics = fit_on_dataset(
             spec.model, spec.dataset, split=spec.split, progress=False, seed=spec.split, **kwargs
         ).metrics
-    return {"variant": spec.variant, **metrics, "total_seconds": round(time.perf_counter() - t0, 3)}
+    row = {"variant": spec.variant, **metrics, "total_seconds": round(time.perf_counter() - t0, 3)}
+    # rows are keyed by the spec's dataset string: an alias (``uci:boston``) must not lose its row to the
+    # loader's canonical name (``uci:bostonHousing``), which is kept beside it
+    if row.get("dataset") != spec.dataset:
+        row["dataset_name"] = row.get("dataset")
+        row["dataset"] = spec.dataset
+    return row
 
 
 def _summarize(rows: list[dict], metrics: Sequence[str]) -> dict:
@@ -106,6 +112,8 @@ def _summarize(rows: list[dict], metrics: Sequence[str]) -> dict:
                 entry[m] = {
                     "mean": statistics.fmean(vals),
                     "sd": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                    "min": min(vals),
+                    "max": max(vals),
                 }
         summary.setdefault(variant, {})[ds] = entry
     return summary

@@ -13,6 +13,7 @@ name                          task        protocol (``split`` = K)
 ``toy-hs-221``                binary      2-2-1 network labels, N = 1000 (seed 0), random 90/10, seed K
 ``toy-sinusoid``              regression  200 train / 1000 test drawn with seed K (note 004 §7.9)
 ``logistic-sim``              binary      our correlated generator, N = 2000 (seed 0), random 90/10, seed K
+``cv10:<any name above>``     (base)      10-fold CV over all rows of the base set, fold K (note 003 §4.4)
 ============================  ==========  ================================================================
 
 Synthetic data sets drawn once (``toy-bowtie``, ``toy-hs-221``, ``logistic-sim``) keep the same data for every
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from zoo.data import embedded, images, synthetic
 from zoo.data.core import Dataset, check_split, from_arrays, random_split_dataset
+from zoo.data.cv import CV_PREFIX, cross_validation_dataset
 from zoo.data.uci import UCI_FOLDERS, load_uci
 
 __all__ = ["DATASETS", "load_dataset"]
@@ -159,6 +161,16 @@ def load_dataset(
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     split = check_split(split)
     key = name.strip()
+    if key.startswith(CV_PREFIX):
+        base = key[len(CV_PREFIX) :]
+        if base.startswith(CV_PREFIX) or base in ("mnist10k", "kmnist10k"):
+            raise ValueError(f"name={name!r}: cross-validation needs a tabular base set, got {base!r}")
+        return cross_validation_dataset(
+            base,
+            split,
+            lambda b: load_dataset(b, 0, data_dir=data_dir, standardize=False),
+            standardize=standardize,
+        )
     if key.startswith("uci:"):
         return load_uci(key[len("uci:") :], split, data_dir=data_dir, standardize=standardize)
     if key in ("mnist10k", "kmnist10k"):
@@ -167,5 +179,5 @@ def load_dataset(
         return _SPLIT_LOADERS[key](split, standardize)
     raise ValueError(
         f"unknown dataset name={name!r}; valid names: {', '.join(DATASETS)} "
-        "(UCI sets also as uci:<alias>, e.g. uci:boston)"
+        "(UCI sets also as uci:<alias>, e.g. uci:boston; any tabular set as cv10:<name>)"
     )

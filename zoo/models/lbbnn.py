@@ -25,6 +25,7 @@ import numpy as np
 from guides.lbbnn import MeanFieldLBBNNGuide
 from guides.lbbnn_mvn import MVNLBBNNGuide
 from zoo.architectures import MLP
+from zoo.data.cv import CV_PREFIX
 from zoo.likelihoods import make_likelihood
 from zoo.metrics import selection_rates
 from zoo.model import BayesianModel
@@ -51,8 +52,13 @@ def build_lbbnn(
     b_beta: float = 1.0,
     noise_concentration: float = 2.0,
     noise_rate: float = 0.5,
+    noise: str = "inverse_gamma",
 ) -> BayesianModel:
-    """The LBBNN: ReLU MLP × :class:`SpikeSlabPrior` × likelihood of ``task``."""
+    """The LBBNN: ReLU MLP × :class:`SpikeSlabPrior` × likelihood of ``task``.  Regression ``noise``:
+    ``"inverse_gamma"`` (variance ~ IG(``noise_concentration``, ``noise_rate``)) or ``"fixed"`` (variance 1
+    on the standardized targets, paper 003 App. C)."""
+    if noise not in ("inverse_gamma", "fixed"):
+        raise ValueError(f"noise must be 'inverse_gamma' or 'fixed', got {noise!r}")
     arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
     prior = SpikeSlabPrior.for_architecture(
         arch,
@@ -67,9 +73,12 @@ def build_lbbnn(
         eb_steps=eb_steps,
     )
     # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
-    lik = make_likelihood(
-        task, out_features, noise="inverse_gamma", concentration=noise_concentration, rate=noise_rate
+    noise_kw = (
+        {"noise": "fixed", "scale": 1.0}
+        if noise == "fixed"
+        else {"noise": "inverse_gamma", "concentration": noise_concentration, "rate": noise_rate}
     )
+    lik = make_likelihood(task, out_features, **noise_kw)
     return BayesianModel(arch, prior, lik)
 
 
@@ -79,10 +88,10 @@ register(
         summary="latent-binary BNN: spike-and-slab weights with inclusion indicators, MPM sparsification",
         build=build_lbbnn,
         guides={
-            "mean-field": lambda m: MeanFieldLBBNNGuide(m),
-            "mean-field-mc": lambda m: MeanFieldLBBNNGuide(m, kl="mc"),
-            "mvn": lambda m: MVNLBBNNGuide(m, covariance="full"),
-            "lowrank-mvn": lambda m: MVNLBBNNGuide(m, covariance="lowrank", rank=2),
+            "mean-field": MeanFieldLBBNNGuide,
+            "mean-field-mc": lambda m, **kw: MeanFieldLBBNNGuide(m, **{"kl": "mc", **kw}),
+            "mvn": lambda m, **kw: MVNLBBNNGuide(m, **{"covariance": "full", **kw}),
+            "lowrank-mvn": lambda m, **kw: MVNLBBNNGuide(m, **{"covariance": "lowrank", "rank": 2, **kw}),
         },
         fit_defaults={"steps": 3000, "lr": 1e-2, "batch_size": 128, "optimizer": "adam"},
         references=(
@@ -121,6 +130,10 @@ def _selection_if_known(run) -> dict:
         return ood_metrics(run)
     if "beta_true" in run.dataset.meta and run.result.model.architecture.hidden == ():
         return selection_metrics(run)
+    if run.dataset.name.startswith(CV_PREFIX):
+        from zoo.models.lbbnn_tabular import tabular_metrics
+
+        return tabular_metrics(run)
     return {}
 
 
