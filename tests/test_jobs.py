@@ -72,3 +72,53 @@ def test_ood_metrics_entropy():
     reg = fit_on_dataset("mfvi-bnn", "diabetes", hidden=[3], steps=5, num_samples=5, progress=False)
     with pytest.raises(ValueError, match="run"):
         ood_metrics(reg, ood=run.dataset)
+
+
+def test_max_seconds_budget_stops_the_fit_and_records_epochs():
+    """``max_seconds``: the fit stops after the first step past the wall-clock budget (the step cap stays);
+    the row records the steps and epochs done; a non-positive budget is rejected by name."""
+    run = fit_on_dataset(
+        "mfvi-bnn",
+        "diabetes",
+        hidden=[4],
+        steps=100000,
+        batch_size=99,
+        max_seconds=0.3,
+        progress=False,
+        num_samples=3,
+    )
+    assert 1 <= run.result.steps < 100000 and run.metrics["steps"] == run.result.steps
+    assert run.metrics["epochs"] == pytest.approx(run.result.steps * 99 / run.dataset.n_train, abs=0.01)
+    full = fit_on_dataset(
+        "mfvi-bnn", "diabetes", hidden=[4], steps=7, max_seconds=1e6, progress=False, num_samples=3
+    )
+    assert full.result.steps == 7 and full.metrics["epochs"] == 7.0  # batch 512 > n_train: full batch
+    with pytest.raises(ValueError, match="max_seconds"):
+        fit_on_dataset("mfvi-bnn", "diabetes", hidden=[4], steps=3, max_seconds=0, progress=False)
+
+
+def test_lbbnn_image_metrics_prediction_variants():
+    """Paper 001 Table 3's prediction variants on a digits fit: the posterior-mean network's accuracy
+    against a hand forward pass of ``E[α] κ``; per-layer MPM densities average (weighted by layer size) to
+    the overall density; inclusion means match the guide's α; confident fraction in [0, 1]."""
+    from zoo.models.lbbnn import image_metrics
+
+    run = fit_on_dataset("lbbnn", "digits", hidden=[16], steps=150, num_samples=5, progress=False)
+    m = image_metrics(run, num_samples=5)
+    g, model = run.result.guide, run.result.model
+    _, _, x, y = run.dataset.tensors()
+    with run.result.activate():
+        probs = g.inclusion_probs()
+        params = {}
+        for s in model.specs:
+            loc, _ = g.slab_params(s)
+            params[s.name] = (probs[s.name] * loc if s.name in probs else loc).detach()
+        f = model.architecture(x, params)
+    assert m["acc_mean"] == pytest.approx(float((f.argmax(-1) == y).double().mean()))
+    sizes = {k: v.numel() for k, v in probs.items()}
+    total = sum(m[f"density_{k.split('.')[0]}"] * n for k, n in sizes.items()) / sum(sizes.values())
+    assert total == pytest.approx(run.metrics["density"])
+    for k, v in probs.items():
+        assert m[f"inclusion_{k.split('.')[0]}"] == pytest.approx(float(v.mean()))
+    assert 0.0 <= m["frac_confident"] <= 1.0 and 0.0 <= m["acc_mpm"] <= 1.0
+    assert m["acc_bma_r1"] > 0.3 and m["acc_bma_r5"] > 0.3  # 10 classes: well above chance after 150 steps

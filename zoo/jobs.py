@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from .data import Dataset, load_dataset
 from .inference import FitResult, fit
 from .predict import Predictions, predict
 from .registry import build, get_entry
-from .validation import resolve_device
+from .validation import check_positive, resolve_device
 
 __all__ = [
     "RunOutput",
@@ -116,8 +117,14 @@ def fit_on_dataset(
     options: dict | None = None,
     guide_options: dict | None = None,
     train_metrics: bool = False,
+    max_seconds: float | None = None,
 ) -> RunOutput:
-    """Load ``dataset``, build registry ``model``, fit with the entry's defaults (overridable), evaluate."""
+    """Load ``dataset``, build registry ``model``, fit with the entry's defaults (overridable), evaluate.
+
+    ``max_seconds``: a wall-clock training budget; the fit stops after the first step that ends past it
+    (``steps`` stays the cap) and the row records the steps done (``steps``) and ``epochs``."""
+    if max_seconds is not None:
+        check_positive("max_seconds", max_seconds)
     entry = get_entry(model)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, split, data_dir=data_dir)
     dev = resolve_device(device)
@@ -138,6 +145,7 @@ def fit_on_dataset(
     if bs is not None and bs >= ds.n_train:
         bs = None
     fitter = entry.fit_fn or fit
+    callbacks = () if max_seconds is None else (_time_budget(float(max_seconds)),)
     # The training objective: fit_defaults["loss"] (a factory (model, guide) -> pyro ELBO or None), else the
     # guide's own default_loss() (e.g. LCRT), else Trace_ELBO.
     loss_factory = d.get("loss")
@@ -160,6 +168,7 @@ def fit_on_dataset(
         progress=progress,
         config={**extra, "dataset": ds.name, "split": split},
         spec=spec,
+        **({"callbacks": callbacks} if callbacks else {}),
     )
     scores, pred = evaluate(result, ds, xte, yte, num_samples=num_samples, seed=seed)
     info = {
@@ -172,6 +181,7 @@ def fit_on_dataset(
         "fit_seconds": round(result.wall_time, 3),
         "elbo": result.final_elbo,
         "steps": result.steps,
+        "epochs": round(result.steps * (bs or ds.n_train) / ds.n_train, 2),
         "seed": seed,
         **scores,
     }
@@ -181,6 +191,17 @@ def fit_on_dataset(
     if entry.extra_metrics is not None:
         info.update(entry.extra_metrics(run))
     return run
+
+
+def _time_budget(seconds: float):
+    """A :func:`zoo.inference.fit` callback that stops the fit once ``seconds`` of wall time have passed."""
+    start = time.perf_counter()
+
+    def callback(step, elbo, result) -> None:
+        if time.perf_counter() - start > seconds:
+            raise StopIteration
+
+    return callback
 
 
 OOD_PARTNER = {"mnist10k": "kmnist10k", "kmnist10k": "mnist10k"}

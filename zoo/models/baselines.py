@@ -50,8 +50,17 @@ register(
             "Blundell et al. 2015, Weight Uncertainty in Neural Networks (ICML)",
             "paper 000 App. D.2 'mfVI' baseline; paper 002 'MF-VI'",
         ),
+        extra_metrics=lambda run: _ood_if_images(run),
     )
 )
+
+
+def _ood_if_images(run) -> dict:
+    """Out-of-domain entropy (:func:`zoo.jobs.ood_metrics`) for a fit on mnist10k/kmnist10k: the dense
+    baseline of the LBBNN image protocols."""
+    from zoo.jobs import OOD_PARTNER, ood_metrics
+
+    return ood_metrics(run) if run.dataset.name in OOD_PARTNER else {}
 
 
 def _blr_build(
