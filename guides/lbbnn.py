@@ -55,6 +55,7 @@ from torch import Tensor
 from zoo.architectures import ParamSpec
 from zoo.inference import FitResult, fit, resume
 from zoo.model import BayesianModel
+from zoo.optim import FusedPyroOptim
 from zoo.predict import Predictions
 from zoo.priors.spike_slab import SpikeSlabPrior, gaussian_kl, group_prefix, spike_slab_kl, weight_specs
 from zoo.sparsity import SparsityReport
@@ -520,7 +521,8 @@ def param_group(param_name: str) -> str:
 def stage_optimizer(
     lrs: Mapping[str, float], betas: tuple[float, float] = (0.9, 0.999)
 ) -> pyro.optim.PyroOptim:
-    """A fresh ``pyro.optim.Adam`` whose per-parameter arguments are a callable of the parameter name."""
+    """A fresh Adam (:class:`zoo.optim.FusedPyroOptim`, one param group per learning rate) whose
+    per-parameter arguments are a callable of the parameter name."""
     table = {k: float(v) for k, v in lrs.items()}
     for k, v in table.items():
         if not (isinstance(v, Number) and v >= 0):
@@ -533,7 +535,7 @@ def stage_optimizer(
             raise ValueError(f"lrs: no learning rate for parameter group {group!r} (parameter {name!r})")
         return {"lr": table[group], "betas": betas}
 
-    return pyro.optim.Adam(args)
+    return FusedPyroOptim(torch.optim.Adam, args)
 
 
 def fit_lbbnn(

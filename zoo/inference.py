@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from guides.base import ClosedFormGuide
 
+from .optim import FusedPyroOptim
 from .validation import check_positive, check_positive_int, check_tensor, resolve_device
 
 __all__ = ["FitResult", "ConvergenceMonitor", "fit", "resume", "make_optimizer", "check_data"]
@@ -85,7 +86,20 @@ class ConvergenceMonitor:
 
 
 def make_optimizer(name: str = "adam", lr: float = 1e-2, **kwargs) -> pyro.optim.PyroOptim:
-    """A Pyro optimizer by name (``adam``, ``clipped_adam``, ``sgd``, ``adagrad``, ``rmsprop``)."""
+    """A Pyro optimizer by name (``adam``, ``clipped_adam``, ``sgd``, ``adagrad``, ``rmsprop``).
+
+    ``adam``/``sgd``/``rmsprop``/``adagrad`` are :class:`zoo.optim.FusedPyroOptim` (one ``foreach`` torch
+    optimizer over every parameter; checkpoint state in ``pyro.optim``'s per-parameter format);
+    ``clipped_adam`` is Pyro's own per-parameter ``ClippedAdam``."""
+    if name in ("adam", "sgd", "rmsprop", "adagrad"):
+        # one multi-tensor optimizer for all parameters (zoo.optim): same update, less per-tensor overhead
+        ctor = {
+            "adam": torch.optim.Adam,
+            "sgd": torch.optim.SGD,
+            "rmsprop": torch.optim.RMSprop,
+            "adagrad": torch.optim.Adagrad,
+        }[name]
+        return FusedPyroOptim(ctor, {"lr": check_positive("lr", lr), **kwargs})
     table = {
         "adam": pyro.optim.Adam,
         "clipped_adam": pyro.optim.ClippedAdam,
