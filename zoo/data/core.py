@@ -326,14 +326,34 @@ def random_split_dataset(
     meta = dict(meta or {})
     rule = f"seeded random 90/10 split, np.random.default_rng({split}).permutation, first round(0.9 N) train"
     meta["protocol"] = f"{meta['protocol']}; {rule}" if meta.get("protocol") else rule
-    meta.update(train_index=tr, test_index=te)
+    return indexed_dataset(
+        name, task, x, y, tr, te, split, standardize=standardize, n_classes=n_classes, meta=meta
+    )
+
+
+def indexed_dataset(
+    name: str,
+    task: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    train_index: np.ndarray,
+    test_index: np.ndarray,
+    split: int,
+    *,
+    standardize: bool = True,
+    n_classes: int | None = None,
+    meta: dict | None = None,
+) -> Dataset:
+    """:func:`from_arrays` on the rows ``train_index`` / ``test_index`` of full arrays; the indices are
+    recorded in ``meta`` (``train_index``, ``test_index``)."""
+    meta = {**(meta or {}), "train_index": train_index, "test_index": test_index}
     return from_arrays(
         name,
         task,
-        x[tr],
-        y[tr],
-        x[te],
-        y[te],
+        x[train_index],
+        y[train_index],
+        x[test_index],
+        y[test_index],
         standardize_x=standardize,
         split=split,
         n_classes=n_classes,

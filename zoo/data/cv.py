@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .core import Dataset, check_split, from_arrays
+from .core import Dataset, check_split, indexed_dataset
 
 __all__ = ["CV_PREFIX", "N_FOLDS", "CV_SEED", "kfold_indices", "cross_validation_dataset"]
 
@@ -67,18 +67,8 @@ def cross_validation_dataset(
             f"{'KFold' if base.task == 'regression' else 'StratifiedKFold'}"
             f"(10, shuffle=True, random_state={CV_SEED}) (note 003 §4.4)"
         ),
-        "train_index": tr,
-        "test_index": te,
     }
-    return from_arrays(
-        f"{CV_PREFIX}{base.name}",
-        base.task,
-        x[tr],
-        y[tr],
-        x[te],
-        y[te],
-        standardize_x=standardize,
-        split=fold,
-        n_classes=base.n_classes,
-        meta=meta,
+    name = f"{CV_PREFIX}{base.name}"
+    return indexed_dataset(
+        name, base.task, x, y, tr, te, fold, standardize=standardize, n_classes=base.n_classes, meta=meta
     )

@@ -180,6 +180,19 @@ MNIST10K_RUN = {
 }
 
 
+# the columns every LBBNN image protocol reports after its accuracies (see image_metrics, ood_metrics)
+IMAGE_METRICS = (
+    "density",
+    "density_fc0",
+    "density_fc1",
+    "density_fc2",
+    "nll",
+    "ece",
+    "entropy_in",
+    "entropy_ood",
+    "epochs",
+)
+
 # Paper 001's image protocol on one CPU budget per fit: at most 250 epochs (20000 steps) and at most
 # MNIST10K_SECONDS of training wall time, whichever comes first; rows record the steps and epochs done.
 MNIST10K_SECONDS = 3600.0
@@ -232,15 +245,7 @@ register_protocol(
             "acc_mean",
             "acc_confident",
             "frac_confident",
-            "density",
-            "density_fc0",
-            "density_fc1",
-            "density_fc2",
-            "nll",
-            "ece",
-            "entropy_in",
-            "entropy_ood",
-            "epochs",
+            *IMAGE_METRICS,
             "post_accuracy",
             "post_acc_mpm",
         ),

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from guides.flows import GaussianFlowGuide, LBBNNFlowGuide
 from guides.lcrt import LCRTLBBNNGuide
 from zoo.models import baselines as _baselines  # noqa: F401  (registers mfvi-bnn)
-from zoo.models.lbbnn import MNIST10K_RUN, MNIST10K_SECONDS  # also registers lbbnn
+from zoo.models.lbbnn import IMAGE_METRICS, MNIST10K_RUN, MNIST10K_SECONDS  # also registers lbbnn
 from zoo.registry import get_entry
 from zoo.reproduce import Protocol, RunSpec, register_protocol
 
@@ -128,19 +128,7 @@ register_protocol(
             "default; the paper uses 2 x 250)."
         ),
         runs=_mnist_runs,
-        metrics=(
-            "accuracy",
-            "acc_mpm",
-            "density",
-            "density_fc0",
-            "density_fc1",
-            "density_fc2",
-            "nll",
-            "ece",
-            "entropy_in",
-            "entropy_ood",
-            "epochs",
-        ),
+        metrics=("accuracy", "acc_mpm", *IMAGE_METRICS),
         paper={
             ("lbbnn-mf", "mnist10k"): {"accuracy": 0.9814, "acc_mpm": 0.9810, "density": 0.098},
             ("lbbnn-lcrt", "mnist10k"): {"accuracy": 0.9808, "acc_mpm": 0.9795, "density": 0.103},
