@@ -122,6 +122,7 @@ def test_fit_guide_options_reach_the_guide_and_the_checkpoint(tmp_path):
         (["reproduce", "nope"], "NAME"),
         (["reproduce", "mfvi-uci", "--splits", "a-b"], "--splits"),
         (["reproduce", "mfvi-uci", "--jobs", "0"], "--jobs"),
+        (["reproduce", "mfvi-uci", "--set", "steps"], "--set"),
     ],
 )
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys, args, word):
@@ -233,3 +234,17 @@ def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypat
         run_protocol("smoke-merge", tmp_path, splits=[2], progress=False, variants=["nope"])
     doc3 = run_protocol("smoke-merge", tmp_path, splits=[2], progress=False)  # no merge: overwrites
     assert [r["split"] for r in doc3["rows"]] == [2]
+
+
+def test_reproduce_set_overrides_only_keys_the_protocol_sets(tmp_path, data_dir, monkeypatch):
+    """``--set KEY=VALUE`` overrides a run argument where the protocol sets it (``steps`` everywhere): a
+    post-training override does not reach a fit that has none (it would raise there)."""
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    from zoo.reproduce import run_protocol
+
+    _smoke_protocol("smoke-set", {"hidden": [3], "steps": 50, "num_samples": 3}, ("rmse",))
+    doc = run_protocol(
+        "smoke-set", tmp_path, splits=[0], progress=False, overrides={"steps": 4, "posttrain_steps": 3}
+    )
+    row = doc["rows"][0]
+    assert row["steps"] == 4 and "posttrain_steps" not in row

@@ -105,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=int, default=None, help="override the step budget (smoke runs)")
     r.add_argument("--variants", default=None, help="comma-separated subset of the protocol's variants")
     r.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a run argument wherever the protocol sets it (JSON value), e.g. "
+        "--set posttrain_steps=10 --set max_seconds=60 for a smoke run",
+    )
+    r.add_argument(
         "--merge",
         action="store_true",
         help="keep the rows of an existing DIR/NAME.json that this run does not redo (complete a protocol "
@@ -262,6 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"argument --steps: must be > 0, got {a.steps}")
         if os.path.exists(a.out) and not os.path.isdir(a.out):
             parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+        try:
+            overrides = _parse_options(a.set)
+        except ValueError as e:
+            parser.error(f"argument --set: expected KEY=VALUE, got {e}")
+        if a.steps:
+            overrides["steps"] = a.steps
         cmd = "zoo " + " ".join(sys.argv[1:]) if argv is None else "zoo " + " ".join(argv)
         try:
             variants = None if a.variants is None else [v for v in a.variants.split(",") if v]
@@ -274,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             splits=splits,
             jobs=a.jobs,
             command=cmd,
-            overrides={"steps": a.steps} if a.steps else None,
+            overrides=overrides or None,
             merge=a.merge,
             variants=variants,
         )

@@ -253,7 +253,18 @@ def run_protocol(
     p = PROTOCOLS[name]
     specs = select_variants(p.runs(splits), variants)
     if overrides:
-        specs = [RunSpec(s.variant, s.model, s.dataset, s.split, {**s.kwargs, **overrides}) for s in specs]
+        # ``steps`` applies to every fit; any other key only where the protocol sets it (so e.g. a
+        # post-training override does not reach a baseline that has no post-training)
+        specs = [
+            RunSpec(
+                s.variant,
+                s.model,
+                s.dataset,
+                s.split,
+                {**s.kwargs, **{k: v for k, v in overrides.items() if k == "steps" or k in s.kwargs}},
+            )
+            for s in specs
+        ]
     _preflight(specs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
