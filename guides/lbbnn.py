@@ -38,6 +38,7 @@ arguments are a callable of the parameter name (per-group learning rates, the di
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from numbers import Number
@@ -49,7 +50,9 @@ import torch
 import torch.nn.functional as F
 from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
+from pyro.infer import Trace_ELBO
 from pyro.nn import PyroParam
+from pyro.poutine.messenger import Messenger
 from torch import Tensor
 
 from zoo.architectures import ParamSpec
@@ -74,6 +77,7 @@ __all__ = [
     "param_group",
     "stage_optimizer",
     "fit_lbbnn",
+    "ClosedFormKL_ELBO",
 ]
 
 PREDICTIVE_MODES = ("bma", "mean", "mpm", "mpm-mean")
@@ -291,6 +295,34 @@ class LBBNNGuide(ClosedFormGuide):
             out.append((psi, s2))
         return out
 
+    # -- the closed-form KL without the cancelling prior scores (ClosedFormKL_ELBO) -------------------
+
+    _prior_masked = False
+
+    def closed_form_sites(self) -> frozenset[str]:
+        """Model sites whose score this guide replaces by a closed-form KL factor (empty for ``kl="mc"``)."""
+        if self.kl != "closed-form":
+            return frozenset()
+        names = {s.name for s in self._specs if s.role == "bias"}
+        for s in self._wspecs:
+            names.update((f"{s.name}.gamma", f"{s.name}.slab"))
+        return frozenset(names)
+
+    @contextlib.contextmanager
+    def prior_scores_masked(self):
+        """While active, the guide's KL factors omit ``+ log p`` (the model's scores of
+        :meth:`closed_form_sites` are masked by :class:`ClosedFormKL_ELBO`)."""
+        prev, self._prior_masked = self._prior_masked, True
+        try:
+            yield
+        finally:
+            self._prior_masked = prev
+
+    def default_loss(self):
+        """The objective ``zoo fit`` uses: :class:`ClosedFormKL_ELBO` with the closed-form KL, else ``None``
+        (``Trace_ELBO``)."""
+        return ClosedFormKL_ELBO() if self.kl == "closed-form" else None
+
     def _maybe_mask(self, d: dist.Distribution) -> dist.Distribution:
         return d.mask(False) if self.kl == "closed-form" else d
 
@@ -308,8 +340,9 @@ class LBBNNGuide(ClosedFormGuide):
         if self.kl == "closed-form":
             psi_v = psi if psi.dim() == 0 else psi.reshape(*psi.shape, *([1] * n))
             kl = spike_slab_kl(logits, loc, scale, psi_v, s2_v).sum((-1, -2))
-            logp = prior.log_density(spec, gamma, theta, psi, s2)
-            pyro.factor(f"{spec.name}.kl", kl + logp, has_rsample=True)
+            if not self._prior_masked:  # cancel the model's score of (γ, θ) under plain Trace_ELBO
+                kl = kl + prior.log_density(spec, gamma, theta, psi, s2)
+            pyro.factor(f"{spec.name}.kl", kl, has_rsample=True)
         return gamma
 
     def _bias_site(self, spec: ParamSpec) -> None:
@@ -318,9 +351,10 @@ class LBBNNGuide(ClosedFormGuide):
         n = len(spec.shape)
         b = pyro.sample(spec.name, self._maybe_mask(dist.Normal(loc, scale).to_event(n)))
         if self.kl == "closed-form":
-            pd = prior.bias_dist(spec)
             kl = gaussian_kl(loc, scale, prior.bias_scale**2).sum()
-            pyro.factor(f"{spec.name}.kl", kl + pd.log_prob(b), has_rsample=True)
+            if not self._prior_masked:
+                kl = kl + prior.bias_dist(spec).log_prob(b)
+            pyro.factor(f"{spec.name}.kl", kl, has_rsample=True)
 
     def forward(self, x: Tensor, y: Tensor | None = None, subsample: Tensor | None = None) -> None:
         hyp = self._hyperparameters()
@@ -472,6 +506,38 @@ class MeanFieldLBBNNGuide(LBBNNGuide):
 
     def draw_inclusion_logits(self, g: int, spec: ParamSpec, num: int) -> Tensor:
         return self._p(spec.name, "omega").expand(num, *spec.shape)
+
+
+class _MaskSites(Messenger):
+    """Skips the scores of the named sample sites (their distributions become ``.mask(False)``)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def _pyro_sample(self, msg) -> None:
+        if msg["name"] in self.names:
+            msg["fn"] = msg["fn"].mask(False)
+
+
+class ClosedFormKL_ELBO(Trace_ELBO):
+    """``Trace_ELBO`` for an LBBNN guide with the closed-form KL (note §2.6) that skips work which cancels.
+
+    Under plain ``Trace_ELBO`` the guide's factor is ``KL + log p(γ, θ)`` so that it cancels the model's
+    score ``log p(γ, θ)`` of the sampled weights (the model is never changed by a guide).  Here the model's
+    scores of :meth:`LBBNNGuide.closed_form_sites` are masked and the guide adds the KL alone
+    (:meth:`LBBNNGuide.prior_scores_masked`): the same estimate and gradient, without computing two
+    weight-sized log-densities and their backward passes per step.  Guides without
+    ``closed_form_sites`` run as under ``Trace_ELBO``.
+    """
+
+    def _get_trace(self, model, guide, args, kwargs):
+        sites = getattr(guide, "closed_form_sites", None)
+        names = sites() if callable(sites) else frozenset()
+        if not names:
+            return super()._get_trace(model, guide, args, kwargs)
+        with _MaskSites(names), guide.prior_scores_masked():
+            return super()._get_trace(model, guide, args, kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -251,8 +251,9 @@ class LCRTLBBNNGuide(LCRTLinearMixin, MeanFieldLBBNNGuide):
             gamma = pyro.sample(f"{spec.name}.gamma", qg.mask(False))
             qt = SlabGivenInclusion(gamma, zloc, scale, s2_v.sqrt()).to_event(n)
             theta = pyro.sample(f"{spec.name}.slab", qt.mask(False))
-            logp = prior.log_density(spec, gamma, theta, psi, s2)
-            pyro.factor(f"{spec.name}.kl", kl + logp, has_rsample=True)
+            if not self._prior_masked:  # cancel the model's score (plain Trace_ELBO)
+                kl = kl + prior.log_density(spec, gamma, theta, psi, s2)
+            pyro.factor(f"{spec.name}.kl", kl, has_rsample=True)
         self.layer_done(g, spec, z, None if self.lcrt_mode else gamma, None if self.lcrt_mode else theta)
 
     def _bias_site(self, spec: ParamSpec) -> None:

@@ -369,3 +369,42 @@ def test_reduces_to_gaussian_bnn_when_alpha_is_one():
         ll = float(torch.distributions.Categorical(logits=f).log_prob(y).sum())
     bbb = ll - kl
     assert elbo == pytest.approx(bbb - n_w * math.log(1 / psi), abs=1e-8)
+
+
+@pytest.mark.parametrize("guide_name", ["mean-field", "lcrt", "mvn"])
+def test_closed_form_kl_elbo_equals_trace_elbo(guide_name):
+    """ClosedFormKL_ELBO (model scores of the closed-form sites masked, guide adds the KL alone) gives the
+    same loss and the same gradients as Trace_ELBO (guide adds KL + log p to cancel the model's score) on
+    the same random draws; the LBBNN guides use it by default with the closed-form KL."""
+    import pyro.infer
+
+    import zoo.models.lbbnn_flows  # noqa: F401  (registers lcrt)
+    from guides.lbbnn import ClosedFormKL_ELBO
+    from zoo.registry import build
+
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 5), torch.randint(0, 3, (40,))
+    model, guide, _ = build("lbbnn", 5, 3, "multiclass", hidden=[7], guide=guide_name, hyper="fixed")
+    out, calls = {}, []
+    log_density = model.prior.log_density
+    model.prior.log_density = lambda *a, **k: calls.append(1) or log_density(*a, **k)
+    for loss in (pyro.infer.Trace_ELBO(), ClosedFormKL_ELBO()):
+        pyro.clear_param_store()
+        pyro.set_rng_seed(11)
+        calls.clear()
+        value = loss.differentiable_loss(model, guide, x, y)
+        # the cancelling prior score is computed only under Trace_ELBO
+        assert (len(calls) > 0) == (type(loss) is pyro.infer.Trace_ELBO)
+        params = [p for p in guide.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(value, params, allow_unused=True)
+        out[type(loss).__name__] = (
+            value.detach(),
+            [g if g is not None else torch.zeros_like(p) for g, p in zip(grads, params)],
+        )
+    (v0, g0), (v1, g1) = out.values()
+    torch.testing.assert_close(v1, v0, rtol=1e-5, atol=1e-3)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+    assert guide.closed_form_sites() and "fc0.weight.slab" in guide.closed_form_sites()
+    if guide_name != "lcrt":
+        assert isinstance(guide.default_loss(), ClosedFormKL_ELBO)
