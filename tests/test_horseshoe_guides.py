@@ -191,9 +191,7 @@ def test_protocol_metrics_count_units_by_rule_and_by_profile():
     from zoo.jobs import fit_on_dataset
     from zoo.models.horseshoe import ACTIVE_FRACTION, hs_metrics
 
-    run = fit_on_dataset(
-        "hs-bnn", "toy-hs", split=0, hidden=[8], steps=40, num_samples=20, progress=False
-    )
+    run = fit_on_dataset("hs-bnn", "toy-hs", split=0, hidden=[8], steps=40, num_samples=20, progress=False)
     info = run.metrics
     assert info["rmse_draws"] >= info["rmse"] - 1e-9
     assert info["rmse_pointwise"] > 0
