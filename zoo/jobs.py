@@ -130,8 +130,8 @@ def fit_on_dataset(
     ``posttrain_steps``: after scoring, freeze the guide's structure (``guide.freeze_structure()``: the
     LBBNN inclusion probabilities, paper 001 Algorithm 1 stage 3), train ``posttrain_steps`` more steps with
     a fresh optimizer at ``posttrain_lr`` (default: the main learning rate), and add every test and extra
-    metric again as
-    ``post_<metric>`` (the un-post-trained values stay in the row; ``run`` holds the post-trained fit)."""
+    metric again as ``post_<metric>`` (the un-post-trained values stay in the row; ``run`` holds the
+    post-trained fit)."""
     if max_seconds is not None:
         check_positive("max_seconds", max_seconds)
     posttrain_steps = check_positive_int("posttrain_steps", posttrain_steps, allow_zero=True)

@@ -1,9 +1,10 @@
 """One fused torch optimizer behind Pyro's ``PyroOptim`` interface.
 
 ``pyro.optim.Adam`` builds one ``torch.optim.Adam`` *per parameter tensor* and steps them one by one.  A
-flow guide has ~70 parameter tensors (every MADE layer's weight and bias), a horseshoe guide a handful per
-layer, so the per-tensor Python overhead was 30 % of a one-neuron FLOW step (``_single_tensor_adam`` × 34
-per step).  :class:`FusedPyroOptim` keeps Pyro's contract — parameters appear dynamically, ``optim_args``
+flow guide has dozens of parameter tensors (every MADE layer's weight and bias), a horseshoe guide a
+handful per layer, and the per-tensor Python overhead adds up: the fused optimizer makes a one-neuron
+LBBNN-FLOW step 1.22x faster (``benchmarks/optim_speed.py``, RESULTS.md).
+:class:`FusedPyroOptim` keeps Pyro's contract — parameters appear dynamically, ``optim_args``
 may be a dict or a per-parameter callable (one param group per distinct argument set), parameters absent
 from a step's trace are not updated, and ``get_state``/``set_state`` use PyroOptim's per-parameter format
 (so checkpoints written with ``pyro.optim.Adam`` load here and vice versa) — but steps every parameter with
