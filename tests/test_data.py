@@ -17,6 +17,7 @@ import torch
 from zoo.data import (
     DATASETS,
     LOGISTIC_SUPPORT,
+    LOGISTIC_WEAK_SIGNAL,
     SPLIT_SEED_10K,
     TOY_221_WEIGHTS,
     UCI_ALIASES,
@@ -480,6 +481,27 @@ def test_logistic_selection():
     assert not np.array_equal(y, make_logistic_selection(seed=1)[1])
 
 
+def test_logistic_selection_weak_signal():
+    """``signal`` scales the coefficients only: same design, weaker effects (the MLE's Wald |z| shrink by
+    roughly the same factor), and the registered ``logistic-sim-weak`` set uses the documented scale."""
+    x1, y1, b1 = make_logistic_selection()
+    xw, yw, bw = make_logistic_selection(signal=LOGISTIC_WEAK_SIGNAL)
+    np.testing.assert_array_equal(x1, xw)
+    np.testing.assert_allclose(bw, LOGISTIC_WEAK_SIGNAL * b1)
+    support = np.array(LOGISTIC_SUPPORT) - 1
+    z1, zw = np.abs(_logistic_wald_z(x1, y1)), np.abs(_logistic_wald_z(xw, yw))
+    assert np.median(zw[support]) < 0.7 * np.median(z1[support])
+    assert (zw[support] < 3).sum() >= 2  # weak effects at the selection boundary exist
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="signal"):
+            make_logistic_selection(signal=bad)
+    ds = load_dataset("logistic-sim-weak", 2, standardize=False)
+    assert ds.name == "logistic-sim-weak" and ds.meta["signal"] == LOGISTIC_WEAK_SIGNAL
+    np.testing.assert_allclose(ds.meta["beta_true"], bw)
+    np.testing.assert_array_equal(ds.x_test, xw[ds.meta["test_index"]])
+    np.testing.assert_array_equal(ds.y_test, yw[ds.meta["test_index"]])
+
+
 # -------------------------------------------------------------------------------------------- registry
 
 
@@ -499,7 +521,7 @@ def test_registry_names_and_errors():
         "uci:airfoil",
         "uci:protein-tertiary-structure",
     }
-    assert expected <= set(DATASETS) and len(DATASETS) == len(set(DATASETS)) == 20
+    assert expected <= set(DATASETS) and len(DATASETS) == len(set(DATASETS)) == 21
     with pytest.raises(ValueError, match=r"name='nope'.*toy-bowtie"):
         load_dataset("nope")
     with pytest.raises(ValueError, match="name='boston'"):

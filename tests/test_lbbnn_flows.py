@@ -379,3 +379,26 @@ def test_tabular_metrics_match_hand_computation(tabular_runs):
     assert mc["bma_ece"] == pytest.approx(ece, abs=1e-9)
     lppd = logsumexp(ll, axis=0) - math.log(1000)
     assert mc["bma_p_waic1"] == pytest.approx(2 * np.sum(lppd - ll.mean(0)), rel=1e-6)
+
+
+def test_weak_signal_selection_protocol_runs_on_the_weak_design(tmp_path):
+    """``lbbnn-flow-selection-weak``: the three guides on ``logistic-sim-weak`` (smoke budget), TPR/FPR rows
+    computed against the scaled truth."""
+    import json
+
+    from zoo.reproduce import run_protocol
+
+    doc = run_protocol(
+        "lbbnn-flow-selection-weak",
+        tmp_path,
+        splits=[0],
+        overrides={"steps": 3, "num_samples": 4},
+        progress=False,
+        variants=["lbbnn-mf", "lbbnn-lcrt"],
+    )
+    rows = doc["rows"]
+    assert {r["variant"] for r in rows} == {"lbbnn-mf", "lbbnn-lcrt"}
+    for r in rows:
+        assert r["dataset"] == "logistic-sim-weak"
+        assert 0.0 <= r["tpr"] <= 1.0 and 0.0 <= r["fpr"] <= 1.0
+    assert json.loads((tmp_path / "lbbnn-flow-selection-weak.json").read_text())["rows"] == rows

@@ -13,13 +13,14 @@ name                          task        protocol (``split`` = K)
 ``toy-hs-221``                binary      2-2-1 network labels, N = 1000 (seed 0), random 90/10, seed K
 ``toy-sinusoid``              regression  200 train / 1000 test drawn with seed K (note 004 §7.9)
 ``logistic-sim``              binary      our correlated generator, N = 2000 (seed 0), random 90/10, seed K
+``logistic-sim-weak``         binary      the same design with coefficients × 0.4 (weak signal), as above
 ``cv10:<any name above>``     (base)      10-fold CV over all rows of the base set, fold K (note 003 §4.4)
 ============================  ==========  ================================================================
 
-Synthetic data sets drawn once (``toy-bowtie``, ``toy-hs-221``, ``logistic-sim``) keep the same data for every
-split, as the papers do (10 random splits of the same data, note 000 §4.1; 100 fits to the same data,
-note 003 §4.1). ``standardize`` applies train-statistics standardisation to x for every set except the
-images (pixels are only divided by 255).
+Synthetic data sets drawn once (``toy-bowtie``, ``toy-hs-221``, ``logistic-sim[-weak]``) keep the same data
+for every split, as the papers do (10 random splits of the same data, note 000 §4.1; 100 fits to the same
+data, note 003 §4.1). ``standardize`` applies train-statistics standardisation to x for every set except
+the images (pixels are only divided by 255).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ DATASETS: tuple[str, ...] = (
     "toy-hs-221",
     "toy-sinusoid",
     "logistic-sim",
+    "logistic-sim-weak",
 )
 
 
@@ -107,9 +109,12 @@ def _toy_sinusoid(split: int, standardize: bool) -> Dataset:
     )
 
 
-def _logistic_sim(split: int, standardize: bool) -> Dataset:
-    x, y, beta = synthetic.make_logistic_selection(n=2000, seed=_TOY_DATA_SEED)
+def _logistic_sim(split: int, standardize: bool, weak: bool = False) -> Dataset:
+    signal = synthetic.LOGISTIC_WEAK_SIGNAL if weak else 1.0
+    name = "logistic-sim-weak" if weak else "logistic-sim"
+    x, y, beta = synthetic.make_logistic_selection(n=2000, seed=_TOY_DATA_SEED, signal=signal)
     meta = {
+        "signal": signal,
         "source": "zoo.data.synthetic.make_logistic_selection",
         "beta_true": beta,
         "intercept": synthetic.LOGISTIC_INTERCEPT,
@@ -119,9 +124,7 @@ def _logistic_sim(split: int, standardize: bool) -> Dataset:
             f"{_TOY_DATA_SEED} (note 003 §4.1); beta_true refers to the unstandardised columns"
         ),
     }
-    return random_split_dataset(
-        "logistic-sim", "binary", x, y, split, standardize=standardize, n_classes=2, meta=meta
-    )
+    return random_split_dataset(name, "binary", x, y, split, standardize=standardize, n_classes=2, meta=meta)
 
 
 def _images(name: str, split: int, data_dir: str | Path | None) -> Dataset:
@@ -138,6 +141,7 @@ _SPLIT_LOADERS: dict[str, Callable[[int, bool], Dataset]] = {
     "toy-hs-221": _toy_221,
     "toy-sinusoid": _toy_sinusoid,
     "logistic-sim": _logistic_sim,
+    "logistic-sim-weak": lambda s, std: _logistic_sim(s, std, weak=True),
 }
 
 
