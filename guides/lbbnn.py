@@ -77,6 +77,8 @@ __all__ = [
     "param_group",
     "stage_optimizer",
     "fit_lbbnn",
+    "fit_lbbnn_staged",
+    "STAGE_LRS",
     "ClosedFormKL_ELBO",
 ]
 
@@ -370,10 +372,11 @@ class LBBNNGuide(ClosedFormGuide):
     # -- stage hook (called by zoo.inference after every gradient step) -------------------------------
 
     def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
-        """Count steps and end the empirical-Bayes stage after ``prior.eb_steps`` steps (Algorithm 1)."""
+        """Count steps and end the empirical-Bayes stage after ``prior.eb_steps`` steps (Algorithm 1) or
+        once the prior's early-stop rule fires (:meth:`SpikeSlabPrior.eb_stage_over`)."""
         self.step += 1
         prior = self.model.prior
-        if prior.eb_trainable and prior.eb_steps > 0 and int(self.step) >= prior.eb_steps:
+        if prior.eb_stage_over(int(self.step)):
             prior.freeze_hyperparameters()
 
     def freeze_structure(self) -> None:
@@ -632,6 +635,8 @@ def fit_lbbnn(
     train_steps = check_positive_int("train_steps", train_steps, allow_zero=True)
     posttrain_steps = check_positive_int("posttrain_steps", posttrain_steps, allow_zero=True)
     schedule = {"pretrain": pretrain_steps, "train": train_steps, "posttrain": posttrain_steps}
+    config = {**dict(fit_kwargs.pop("config", None) or {}), "schedule": schedule}
+    callbacks = tuple(fit_kwargs.pop("callbacks", ()))  # e.g. a time budget: it spans all three stages
     result = fit(
         model,
         guide,
@@ -642,14 +647,55 @@ def fit_lbbnn(
         batch_size=batch_size,
         seed=seed,
         progress=progress,
-        config={"schedule": schedule},
+        config=config,
+        callbacks=callbacks,
         **fit_kwargs,
     )
     model.prior.freeze_hyperparameters()
     result.optim = stage_optimizer(lrs["train"])
-    resume(result, x, y, train_steps, progress=progress)
+    resume(result, x, y, train_steps, progress=progress, callbacks=callbacks)
     if posttrain_steps:
         guide.freeze_structure()
         result.optim = stage_optimizer(lrs["posttrain"])
-        resume(result, x, y, posttrain_steps, progress=progress)
+        resume(result, x, y, posttrain_steps, progress=progress, callbacks=callbacks)
     return result
+
+
+#: named step-size tables for :func:`fit_lbbnn_staged` (``stage_lrs="paper"`` / ``"short"``)
+STAGE_LRS = {"paper": PAPER_LRS, "short": DEFAULT_LRS}
+
+
+def fit_lbbnn_staged(
+    model: BayesianModel,
+    guide,
+    x: Tensor,
+    y: Tensor,
+    *,
+    steps: int,
+    lr: float | None = None,
+    optimizer: str | None = None,
+    stage_lrs: str | Mapping[str, Mapping[str, float]] | None = None,
+    pretrain_steps: int | None = None,
+    **fit_kwargs,
+) -> FitResult:
+    """The ``lbbnn`` registry entry's fit function (``zoo.jobs.fit_on_dataset`` passes ``fit_options``).
+
+    ``stage_lrs=None``: one optimizer at ``lr`` for every parameter (:func:`zoo.inference.fit`, what
+    ``zoo fit`` does).  Otherwise Algorithm 1 through :func:`fit_lbbnn` with per-group step sizes
+    ``"paper"`` (Table 1), ``"short"`` (:data:`DEFAULT_LRS`) or an explicit table: ``pretrain_steps``
+    (default: the prior's ``eb_steps``) of pre-training, then ``steps - pretrain_steps`` of main training;
+    ``lr`` and ``optimizer`` are then unused (post-training is the caller's, see ``posttrain_steps`` of
+    :func:`zoo.jobs.fit_on_dataset`)."""
+    if stage_lrs is None:
+        kw = {} if optimizer is None else {"optimizer": optimizer}
+        return fit(model, guide, x, y, steps=steps, lr=1e-2 if lr is None else lr, **kw, **fit_kwargs)
+    if isinstance(stage_lrs, str):
+        if stage_lrs not in STAGE_LRS:
+            raise ValueError(f"stage_lrs must be one of {tuple(STAGE_LRS)} or a table, got {stage_lrs!r}")
+        stage_lrs = STAGE_LRS[stage_lrs]
+    steps = check_positive_int("steps", steps)
+    pre = int(getattr(model.prior, "eb_steps", 0)) if pretrain_steps is None else pretrain_steps
+    pre = min(check_positive_int("pretrain_steps", pre, allow_zero=True), steps)
+    return fit_lbbnn(
+        model, guide, x, y, pretrain_steps=pre, train_steps=steps - pre, lrs=stage_lrs, **fit_kwargs
+    )

@@ -316,6 +316,93 @@ def test_empirical_bayes_moves_then_freezes():
     assert param_group("fc0_weight_loc") == "slab" and param_group("fc1_weight_scale_tril_off") == "sigma"
 
 
+def test_eb_early_stop_rule_freezes_when_layer_one_psi_drops():
+    """``eb_stop_inclusion`` (the reference code's rule, note 001 §1.3): the EB stage ends as soon as ψ of
+    layer 1 is below the threshold, long before ``eb_steps``; 0 disables it; bad values are rejected."""
+    torch.manual_seed(0)
+    model, guide, _ = build(
+        "lbbnn",
+        4,
+        3,
+        "multiclass",
+        hidden=(6,),
+        hyper="eb-point",
+        inclusion=0.5,
+        eb_steps=1000,
+        eb_stop_inclusion=0.3,
+    )
+    prior = model.prior
+    assert not prior.eb_stage_over(1) and prior.eb_stage_over(1000)
+    prior.eb_psi = torch.tensor([0.29, 0.9])  # PyroModule: sets the (constrained) parameter's value
+    assert prior.eb_stage_over(1)
+    guide.closed_form_update(model, torch.zeros(2, 4), None)
+    assert bool(prior.eb_frozen) and torch.allclose(prior.psi, torch.tensor([0.29, 0.9]))
+    assert not prior.eb_stage_over(5000)  # frozen: nothing left to stop
+    off, _, _ = build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="eb-point", inclusion=0.01, eb_steps=9)
+    assert not off.prior.eb_stage_over(1) and off.prior.eb_stage_over(9)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="eb_stop_inclusion"):
+            build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="eb-point", eb_stop_inclusion=bad)
+    # through a real fit: with a threshold above the initial ψ the stage ends after the first step
+    x, y = torch.randn(64, 4), torch.randint(0, 3, (64,))
+    m2, g2, _ = build(
+        "lbbnn",
+        4,
+        3,
+        "multiclass",
+        hidden=(6,),
+        hyper="eb-point",
+        inclusion=0.2,
+        eb_steps=500,
+        eb_stop_inclusion=0.25,
+    )
+    fit(m2, g2, x, y, steps=3, lr=5e-2, progress=False)
+    assert bool(m2.prior.eb_frozen)
+
+
+def test_fit_lbbnn_staged_is_the_entry_fit_function(tmp_path):
+    """``fit_options={"stage_lrs": ...}`` runs Algorithm 1 (pre-training = the prior's ``eb_steps``, fresh
+    per-stage optimizers, hyperparameters frozen); without it the entry fits like ``zoo.inference.fit``."""
+    from guides.lbbnn import STAGE_LRS, fit_lbbnn_staged
+    from zoo.jobs import fit_on_dataset
+
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 4), torch.randint(0, 3, (64,))
+    model, guide, _ = build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="eb-point", eb_steps=7)
+    res = fit_lbbnn_staged(model, guide, x, y, steps=12, stage_lrs="short", batch_size=32, progress=False)
+    assert res.steps == 12 and res.config["schedule"] == {"pretrain": 7, "train": 5, "posttrain": 0}
+    assert bool(model.prior.eb_frozen) and STAGE_LRS["paper"]["pretrain"]["omega"] == 0.1
+    # the same seed and plain fit give identical parameters to zoo.inference.fit
+    pyro.set_rng_seed(1)
+    m1, g1, _ = build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="fixed")
+    r1 = fit_lbbnn_staged(m1, g1, x, y, steps=5, lr=1e-2, progress=False, seed=3)
+    pyro.set_rng_seed(1)
+    m2, g2, _ = build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="fixed")
+    r2 = fit(m2, g2, x, y, steps=5, lr=1e-2, progress=False, seed=3)
+    assert r1.elbo == pytest.approx(r2.elbo) and "schedule" not in r1.config
+    with pytest.raises(ValueError, match="stage_lrs"):
+        fit_lbbnn_staged(model, guide, x, y, steps=3, stage_lrs="nope")
+    # through fit_on_dataset (what protocols call), with a time budget spanning the stages
+    run = fit_on_dataset(
+        "lbbnn",
+        "breast-cancer",
+        hidden=[5],
+        steps=30,
+        batch_size=64,
+        num_samples=4,
+        progress=False,
+        options={"hyper": "eb-point", "eb_steps": 10},
+        fit_options={"stage_lrs": "short"},
+        max_seconds=600,
+    )
+    assert run.metrics["steps"] == 30 and run.result.config["schedule"]["pretrain"] == 10
+    assert bool(run.result.model.prior.eb_frozen)
+    with pytest.raises(ValueError, match="fit_options"):
+        fit_on_dataset(
+            "mfvi-bnn", "breast-cancer", steps=2, fit_options={"stage_lrs": "short"}, progress=False
+        )
+
+
 # ------------------------------------------------------------------------------ checkpoint & BNN
 
 

@@ -121,6 +121,7 @@ def fit_on_dataset(
     max_seconds: float | None = None,
     posttrain_steps: int = 0,
     posttrain_lr: float | None = None,
+    fit_options: dict | None = None,
 ) -> RunOutput:
     """Load ``dataset``, build registry ``model``, fit with the entry's defaults (overridable), evaluate.
 
@@ -131,7 +132,13 @@ def fit_on_dataset(
     LBBNN inclusion probabilities, paper 001 Algorithm 1 stage 3), train ``posttrain_steps`` more steps with
     a fresh optimizer at ``posttrain_lr`` (default: the main learning rate), and add every test and extra
     metric again as ``post_<metric>`` (the un-post-trained values stay in the row; ``run`` holds the
-    post-trained fit)."""
+    post-trained fit).
+
+    ``fit_options``: extra keyword arguments of the registry entry's ``fit_fn`` (e.g. the LBBNN's
+    ``{"stage_lrs": "short"}``, :func:`guides.lbbnn.fit_lbbnn_staged`); an error for entries fitted by
+    :func:`zoo.inference.fit`."""
+    if fit_options and entry_fit_fn(model) is None:
+        raise ValueError(f"fit_options: model {model!r} has no fit function that takes extra options")
     if max_seconds is not None:
         check_positive("max_seconds", max_seconds)
     posttrain_steps = check_positive_int("posttrain_steps", posttrain_steps, allow_zero=True)
@@ -184,6 +191,7 @@ def fit_on_dataset(
         config={**extra, "dataset": ds.name, "split": split},
         spec=spec,
         **({"callbacks": callbacks} if callbacks else {}),
+        **(fit_options or {}),
     )
     scores, pred = evaluate(result, ds, xte, yte, num_samples=num_samples, seed=seed)
     info = {
@@ -220,6 +228,11 @@ def fit_on_dataset(
         info.update({f"post_{k}": v for k, v in post.items()})
         info["posttrain_steps"] = posttrain_steps
     return run
+
+
+def entry_fit_fn(model: str):
+    """The registry entry's own fit function (``None``: :func:`zoo.inference.fit`)."""
+    return get_entry(model).fit_fn
 
 
 def _time_budget(seconds: float):

@@ -141,6 +141,10 @@ class SpikeSlabPrior(Prior):
     :param a_beta, b_beta: inverse-gamma hyperprior (shape, scale) of ``σ²_l`` (``"hierarchical"``; Eq. 3.4b).
     :param eb_steps: length of the empirical-Bayes pre-training stage in optimizer steps (``"eb-point"``);
         read by the LBBNN guides' stage hook, which freezes the hyperparameters afterwards.
+    :param eb_stop_inclusion: the reference code's early stop of pre-training (note 001 §1.3 [C]): the stage
+        also ends as soon as the first weight layer's ``ψ`` drops below this value (0 = never; the
+        reference uses 0.1).  Without it, empirical Bayes on a small data set drives ``ψ`` far below what
+        the paper reports (note §5.1.8: "hyperprior empirical Bayes is fragile").
     """
 
     def __init__(
@@ -155,6 +159,7 @@ class SpikeSlabPrior(Prior):
         a_beta: float = 2.0,
         b_beta: float = 1.0,
         eb_steps: int = 0,
+        eb_stop_inclusion: float = 0.0,
     ) -> None:
         super().__init__()
         self.num_layers = check_positive_int("num_layers", num_layers)
@@ -165,6 +170,10 @@ class SpikeSlabPrior(Prior):
             raise ValueError(f"inclusion must lie in (0, 1), got {inclusion!r}")
         self.hyper = hyper
         self.eb_steps = check_positive_int("eb_steps", eb_steps, allow_zero=True)
+        eb_stop_inclusion = float(eb_stop_inclusion)
+        if not 0.0 <= eb_stop_inclusion < 1.0:
+            raise ValueError(f"eb_stop_inclusion must lie in [0, 1), got {eb_stop_inclusion!r}")
+        self.eb_stop_inclusion = eb_stop_inclusion
         L = self.num_layers
         self.register_buffer("psi", torch.full((L,), inclusion))
         self.register_buffer("slab_var", torch.full((L,), check_positive("slab_var", slab_var)))
@@ -198,6 +207,7 @@ class SpikeSlabPrior(Prior):
             "a_beta": float(self.a_beta),
             "b_beta": float(self.b_beta),
             "eb_steps": self.eb_steps,
+            "eb_stop_inclusion": self.eb_stop_inclusion,
             "eb_frozen": bool(self.eb_frozen),
         }
 
@@ -207,6 +217,15 @@ class SpikeSlabPrior(Prior):
     def eb_trainable(self) -> bool:
         """True while ``"eb-point"`` hyperparameters are still optimized (before the freeze)."""
         return self.hyper == "eb-point" and not bool(self.eb_frozen)
+
+    def eb_stage_over(self, step: int) -> bool:
+        """Whether the empirical-Bayes stage should end after optimizer step ``step``: ``eb_steps`` reached,
+        or the first layer's ``ψ`` below ``eb_stop_inclusion`` (the reference code's rule, note 001 §1.3)."""
+        if not self.eb_trainable:
+            return False
+        if self.eb_steps > 0 and step >= self.eb_steps:
+            return True
+        return self.eb_stop_inclusion > 0 and float(self.eb_psi[0].detach()) < self.eb_stop_inclusion
 
     def point_hyperparameters(self) -> tuple[Tensor, Tensor]:
         """``(ψ, σ²)``, shape ``(num_layers,)``, of ``"fixed"``/``"eb-point"`` (parameters until frozen)."""
