@@ -320,17 +320,11 @@ def test_eb_early_stop_rule_freezes_when_layer_one_psi_drops():
     """``eb_stop_inclusion`` (the reference code's rule, note 001 §1.3): the EB stage ends as soon as ψ of
     layer 1 is below the threshold, long before ``eb_steps``; 0 disables it; bad values are rejected."""
     torch.manual_seed(0)
-    model, guide, _ = build(
-        "lbbnn",
-        4,
-        3,
-        "multiclass",
-        hidden=(6,),
-        hyper="eb-point",
-        inclusion=0.5,
-        eb_steps=1000,
-        eb_stop_inclusion=0.3,
-    )
+
+    def eb_model(**kw):
+        return build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="eb-point", **kw)[:2]
+
+    model, guide = eb_model(inclusion=0.5, eb_steps=1000, eb_stop_inclusion=0.3)
     prior = model.prior
     assert not prior.eb_stage_over(1) and prior.eb_stage_over(1000)
     prior.eb_psi = torch.tensor([0.29, 0.9])  # PyroModule: sets the (constrained) parameter's value
@@ -338,24 +332,14 @@ def test_eb_early_stop_rule_freezes_when_layer_one_psi_drops():
     guide.closed_form_update(model, torch.zeros(2, 4), None)
     assert bool(prior.eb_frozen) and torch.allclose(prior.psi, torch.tensor([0.29, 0.9]))
     assert not prior.eb_stage_over(5000)  # frozen: nothing left to stop
-    off, _, _ = build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="eb-point", inclusion=0.01, eb_steps=9)
+    off, _ = eb_model(inclusion=0.01, eb_steps=9)
     assert not off.prior.eb_stage_over(1) and off.prior.eb_stage_over(9)
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="eb_stop_inclusion"):
-            build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="eb-point", eb_stop_inclusion=bad)
+            eb_model(eb_stop_inclusion=bad)
     # through a real fit: with a threshold above the initial ψ the stage ends after the first step
     x, y = torch.randn(64, 4), torch.randint(0, 3, (64,))
-    m2, g2, _ = build(
-        "lbbnn",
-        4,
-        3,
-        "multiclass",
-        hidden=(6,),
-        hyper="eb-point",
-        inclusion=0.2,
-        eb_steps=500,
-        eb_stop_inclusion=0.25,
-    )
+    m2, g2 = eb_model(inclusion=0.2, eb_steps=500, eb_stop_inclusion=0.25)
     fit(m2, g2, x, y, steps=3, lr=5e-2, progress=False)
     assert bool(m2.prior.eb_frozen)
 
