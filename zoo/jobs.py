@@ -137,14 +137,14 @@ def fit_on_dataset(
     ``fit_options``: extra keyword arguments of the registry entry's ``fit_fn`` (e.g. the LBBNN's
     ``{"stage_lrs": "short"}``, :func:`guides.lbbnn.fit_lbbnn_staged`); an error for entries fitted by
     :func:`zoo.inference.fit`."""
-    if fit_options and entry_fit_fn(model) is None:
-        raise ValueError(f"fit_options: model {model!r} has no fit function that takes extra options")
     if max_seconds is not None:
         check_positive("max_seconds", max_seconds)
     posttrain_steps = check_positive_int("posttrain_steps", posttrain_steps, allow_zero=True)
     if posttrain_lr is not None:
         check_positive("posttrain_lr", posttrain_lr)
     entry = get_entry(model)
+    if fit_options and entry.fit_fn is None:
+        raise ValueError(f"fit_options: model {model!r} has no fit function that takes extra options")
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, split, data_dir=data_dir)
     dev = resolve_device(device)
     d = dict(entry.fit_defaults)
@@ -228,11 +228,6 @@ def fit_on_dataset(
         info.update({f"post_{k}": v for k, v in post.items()})
         info["posttrain_steps"] = posttrain_steps
     return run
-
-
-def entry_fit_fn(model: str):
-    """The registry entry's own fit function (``None``: :func:`zoo.inference.fit`)."""
-    return get_entry(model).fit_fn
 
 
 def _time_budget(seconds: float):
