@@ -25,6 +25,7 @@ import time
 import pyro
 import torch
 
+from zoo.checkpoint import atomic_write_bytes
 from zoo.data import load_dataset
 from zoo.inference import fit
 from zoo.jobs import _prepare
@@ -126,8 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     print(json.dumps({k: out[k] for k in ("max_abs_dlambda", "paper_schedule_floor")}))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+        atomic_write_bytes(args.json, json.dumps(out, indent=1).encode())
     return out
 
 
