@@ -138,6 +138,9 @@ class HorseshoeGuide(ClosedFormGuide):
     """
 
     family = "factorized"
+    #: whether :class:`zoo.models.horseshoe.HorseshoeLRTELBO` (analytic terms + local reparameterization)
+    #: can train this guide
+    supports_lrt = True
 
     def __init__(self, model, init_sd: float = 4.5e-5, init_scales: str = "unit") -> None:
         super().__init__()
@@ -296,8 +299,11 @@ class HorseshoeGuide(ClosedFormGuide):
                 mu, var = self._lognormal(f"l{i}_v")
                 pyro.sample(f"{p}.v2", dist.LogNormal(mu, var.sqrt()))
             site = f"{p}.w" if self.centered else f"{p}.beta"
-            pyro.sample(site, self._rows_distribution(i, layer, tau2))
+            self._rows_sampled(i, layer, pyro.sample(site, self._rows_distribution(i, layer, tau2)))
         self._sample_noise()
+
+    def _rows_sampled(self, i: int, layer: HSLayer, rows: Tensor) -> None:
+        """Hook after layer ``i``'s weight rows are sampled (the z-flow guide adds its reverse-model term)."""
 
     # ---------------------------------------------------------------- closed-form step (Algorithm 1)
     def update_auxiliaries(self) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from guides.autoguides import make_autoguide
+from guides.flows import HorseshoeFlowGuide
 from guides.horseshoe import HorseshoeGuide, SemiStructuredHorseshoeGuide, TiedHorseshoeGuide
 from guides.horseshoe_structured import StructuredHorseshoeGuide
 from guides.lrt import HorseshoeLRTELBO
@@ -76,13 +77,19 @@ GUIDES = {
     "tied": TiedHorseshoeGuide,
     "semi-structured": SemiStructuredHorseshoeGuide,
     "normal": lambda model: make_autoguide("normal", model),
+    "flow": HorseshoeFlowGuide,
 }
 
 
 def default_loss(model, guide):
     """The paper's training path (§4.2, App. A.2): analytic prior/entropy terms + local reparameterization,
     for the zoo's horseshoe guides on a non-centered prior over an MLP; ``Trace_ELBO`` otherwise."""
-    if isinstance(guide, HorseshoeGuide) and not model.prior.centered and isinstance(model.architecture, MLP):
+    if (
+        isinstance(guide, HorseshoeGuide)
+        and guide.supports_lrt
+        and not model.prior.centered
+        and isinstance(model.architecture, MLP)
+    ):
         return HorseshoeLRTELBO()
     return None
 
