@@ -148,6 +148,18 @@ def _iaf(dim: int, hidden: Sequence[int], num_steps: int, sigmoid_bias: float) -
     return flow
 
 
+#: keyword options of :meth:`ZFlowMixin._init_zflows` (the z-flow guides' ``guide_options``)
+ZFLOW_OPTIONS = (
+    "flow_hidden",
+    "num_steps",
+    "reverse_steps",
+    "sigmoid_bias",
+    "init_z_loc",
+    "init_z_logvar",
+    "init_reverse_scale",
+)
+
+
 class ZFlowMixin:
     """q(z) flows and reverse models ``r(z | w, γ)`` per weight tensor (module docstring, Eqs. 6-11).
 
@@ -158,13 +170,13 @@ class ZFlowMixin:
     def _init_zflows(
         self,
         wspecs: Sequence[ParamSpec],
-        flow_hidden: Sequence[int],
-        num_steps: int,
-        reverse_steps: int,
-        sigmoid_bias: float,
-        init_z_loc: float,
-        init_z_logvar: float,
-        init_reverse_scale: float,
+        flow_hidden: Sequence[int] = (50, 50),
+        num_steps: int = 2,
+        reverse_steps: int = 2,
+        sigmoid_bias: float = 2.0,
+        init_z_loc: float = 1.0,
+        init_z_logvar: float = -9.0,
+        init_reverse_scale: float = 1.0,
     ) -> None:
         self._zrun: dict[int, Tensor] = {}
         for s in wspecs:
@@ -398,42 +410,22 @@ class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
 
     supports_lrt = False
 
-    def __init__(
-        self,
-        model: BayesianModel,
-        flow_hidden: Sequence[int] = (50, 50),
-        num_steps: int = 2,
-        reverse_steps: int = 2,
-        sigmoid_bias: float = 2.0,
-        init_z_loc: float = 1.0,
-        init_z_logvar: float = -9.0,
-        init_reverse_scale: float = 1.0,
-        **kwargs,
-    ) -> None:
+    def __init__(self, model: BayesianModel, **kwargs) -> None:
+        """``kwargs``: the z-flow options of :class:`LBBNNFlowGuide` (``flow_hidden``, ``num_steps``,
+        ``reverse_steps``, ``sigmoid_bias``, ``init_z_loc``, ``init_z_logvar``, ``init_reverse_scale``; same
+        defaults) and those of :class:`guides.horseshoe.HorseshoeGuide` (``init_sd``, ``init_scales``)."""
+        zflow = {k: kwargs.pop(k) for k in ZFLOW_OPTIONS if k in kwargs}
         super().__init__(model, **kwargs)
         if self.centered:
-            raise ValueError(
-                "centered: the horseshoe z-flow guide needs the non-centered prior (centered=False)"
-            )
+            raise ValueError("centered: the z-flow guide needs the non-centered horseshoe (centered=False)")
         self._zspecs: list[ParamSpec] = []
         self._zcur: Tensor | None = None
         for layer in self.layers:
             w = [s for s in layer.specs if s.role == "weight"]
             if len(w) != 1 or len(w[0].shape) != 2 or w[0].unit_dim != 0:
-                raise ValueError(
-                    f"model: layer {layer.prefix} must have one (out, in) weight matrix (an MLP)"
-                )
+                raise ValueError(f"model: layer {layer.prefix} needs one (out, in) weight matrix (an MLP)")
             self._zspecs.append(w[0])
-        self._init_zflows(
-            self._zspecs,
-            flow_hidden,
-            num_steps,
-            reverse_steps,
-            sigmoid_bias,
-            init_z_loc,
-            init_z_logvar,
-            init_reverse_scale,
-        )
+        self._init_zflows(self._zspecs, **zflow)
 
     def _z_rows(self, i: int, z: Tensor) -> Tensor:
         """``z`` (``(..., in)``) as a ``(..., K, F)`` multiplier of layer ``i``'s unit rows (bias: 1)."""

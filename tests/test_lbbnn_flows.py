@@ -348,6 +348,13 @@ def test_guide_options_reach_the_flow_guides():
     assert float(g2.fc0_weight_loc.detach().abs().max()) <= 0.01
     with pytest.raises(TypeError, match="guide_options"):
         build("lbbnn", 5, 1, "binary", hidden=[4], guide="lcrt", guide_options={"nope": 1})
+    # the horseshoe z-flow guide splits its options between the flows and the horseshoe factors
+    opts = {"flow_hidden": [7, 6], "init_sd": 1e-3}
+    _, g3, _ = build("hs-bnn", 5, 1, "regression", hidden=[4], guide="flow", guide_options=opts)
+    assert {7, 6} <= {m.out_features for m in g3.modules() if isinstance(m, torch.nn.Linear)}
+    assert torch.allclose(g3._beta_sd(0), torch.tensor(1e-3))
+    with pytest.raises(TypeError, match="guide_options"):
+        build("hs-bnn", 5, 1, "regression", hidden=[4], guide="flow", guide_options={"nope": 1})
 
 
 TAUS = np.arange(1, 20) * 0.05
