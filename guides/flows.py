@@ -148,16 +148,17 @@ def _iaf(dim: int, hidden: Sequence[int], num_steps: int, sigmoid_bias: float) -
     return flow
 
 
-#: keyword options of :meth:`ZFlowMixin._init_zflows` (the z-flow guides' ``guide_options``)
-ZFLOW_OPTIONS = (
-    "flow_hidden",
-    "num_steps",
-    "reverse_steps",
-    "sigmoid_bias",
-    "init_z_loc",
-    "init_z_logvar",
-    "init_reverse_scale",
-)
+#: the z-flow options and defaults of :meth:`ZFlowMixin._init_zflows` (as in :class:`LBBNNFlowGuide`),
+#: taken by name from ``guide_options`` by :class:`HorseshoeFlowGuide`
+ZFLOW_DEFAULTS = {
+    "flow_hidden": (50, 50),
+    "num_steps": 2,
+    "reverse_steps": 2,
+    "sigmoid_bias": 2.0,
+    "init_z_loc": 1.0,
+    "init_z_logvar": -9.0,
+    "init_reverse_scale": 1.0,
+}
 
 
 class ZFlowMixin:
@@ -170,13 +171,13 @@ class ZFlowMixin:
     def _init_zflows(
         self,
         wspecs: Sequence[ParamSpec],
-        flow_hidden: Sequence[int] = (50, 50),
-        num_steps: int = 2,
-        reverse_steps: int = 2,
-        sigmoid_bias: float = 2.0,
-        init_z_loc: float = 1.0,
-        init_z_logvar: float = -9.0,
-        init_reverse_scale: float = 1.0,
+        flow_hidden: Sequence[int],
+        num_steps: int,
+        reverse_steps: int,
+        sigmoid_bias: float,
+        init_z_loc: float,
+        init_z_logvar: float,
+        init_reverse_scale: float,
     ) -> None:
         self._zrun: dict[int, Tensor] = {}
         for s in wspecs:
@@ -414,7 +415,7 @@ class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
         """``kwargs``: the z-flow options of :class:`LBBNNFlowGuide` (``flow_hidden``, ``num_steps``,
         ``reverse_steps``, ``sigmoid_bias``, ``init_z_loc``, ``init_z_logvar``, ``init_reverse_scale``; same
         defaults) and those of :class:`guides.horseshoe.HorseshoeGuide` (``init_sd``, ``init_scales``)."""
-        zflow = {k: kwargs.pop(k) for k in ZFLOW_OPTIONS if k in kwargs}
+        zflow = {k: kwargs.pop(k, v) for k, v in ZFLOW_DEFAULTS.items()}
         super().__init__(model, **kwargs)
         if self.centered:
             raise ValueError("centered: the z-flow guide needs the non-centered horseshoe (centered=False)")
