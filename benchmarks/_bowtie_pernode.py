@@ -8,7 +8,7 @@ code.  Two variants, chosen by ``loop_points``:
 * ``True`` ("per-node x per-point"): the sums over data points and the per-datapoint activation solves are
   Python loops too, with small numpy operations inside (the authors' repository loops this way).
 
-Both cover the *whole* sweep of :meth:`guides.bowtie.BowtieCAVIGuide.sweep` (IG priors, ``lam = 0``; no EM):
+Both cover the *whole* sweep of :meth:`guides.bowtie.cavi.BowtieCAVIGuide.sweep` (IG priors, ``lam = 0``; no EM):
 
 * ``tau``   (E13) per layer, ``psi`` (E14) per node row;
 * ``eta``   (E15) per hidden node with the exact expected squares, output noise shared by the outputs;
@@ -52,7 +52,7 @@ def state_from_guide(guide) -> dict[str, np.ndarray]:
 
 
 def hyper_from_model(model) -> dict:
-    """Hyperparameters of :class:`zoo.bowtie.BowtieModel` as floats (after ``resolve_data_priors``), with
+    """Hyperparameters of :class:`zoo.families.bowtie.model.BowtieModel` as floats (after ``resolve_data_priors``), with
     the App. D.1 architecture scaling applied through the prior's own ``glob_params``/``loc_params``."""
     if not hasattr(model.prior, "glob_params"):
         raise ValueError("the per-node reference covers the N-GIG shrinkage prior (IG case) only")

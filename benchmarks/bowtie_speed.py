@@ -8,7 +8,7 @@ Modes (any combination; with none, the ``--sizes`` table is printed):
   one hidden layer of ``--width`` (default 50, the width of the paper's UCI networks, "1x50"), and the
   least-squares slope of log(time) on log(N): App. A says the cost is linear in N (slope ~ 1).
 * ``--boston``: boston housing (``uci:bostonHousing`` split 0, registry ``bowtie`` 1x50 with its defaults,
-  raw targets), time to converge by ``zoo.inference.fit`` with the paper's rule (three consecutive relative
+  raw targets), time to converge by ``zoo.infer.loop.fit`` with the paper's rule (three consecutive relative
   ELBO changes < ``--tol`` = 1e-5, §4 / App. D.1), capped at ``--max-sweeps`` (reported if hit), the sweeps
   looser tolerances would have needed, then the median time of one sweep and one ELBO at the final state.
 * ``--pernode``: two per-node numpy references of the *whole* sweep (``benchmarks/_bowtie_pernode.py``,
@@ -43,8 +43,8 @@ import torch
 # a sibling module: importable when this file is run as a script (``python benchmarks/bowtie_speed.py``)
 from _bowtie_pernode import hyper_from_model, reference_sweep, state_from_guide, state_keys
 
-from guides.bowtie import BowtieCAVIGuide
-from zoo.bowtie import BowtieModel
+from guides.bowtie.cavi import BowtieCAVIGuide
+from zoo.families.bowtie.model import BowtieModel
 
 NS = (1000, 2000, 4000, 8000, 16000, 32000)
 
@@ -109,7 +109,7 @@ def run_n_sweep(ns: list[int], width: int, sweeps: int) -> dict:
 # ----------------------------------------------------------------------------------- boston
 def _boston(hidden: list[int]):
     from zoo.data import load_dataset
-    from zoo.registry import build
+    from zoo.experiments.registry import build
 
     ds = load_dataset("uci:bostonHousing", split=0)
     xtr, ytr, xte, yte = ds.tensors(dtype=torch.float64)
@@ -119,7 +119,7 @@ def _boston(hidden: list[int]):
 
 def _sweeps_to(elbos: list[float], tol: float, patience: int = 3) -> int | None:
     """First sweep at which ``patience`` consecutive relative changes ``|e_t - e_{t-1}| / max(1, |e_t|)``
-    are below ``tol`` (the rule of :class:`zoo.inference.ConvergenceMonitor`), or None."""
+    are below ``tol`` (the rule of :class:`zoo.infer.loop.ConvergenceMonitor`), or None."""
     hits = 0
     for t in range(1, len(elbos)):
         hits = hits + 1 if abs(elbos[t] - elbos[t - 1]) / max(1.0, abs(elbos[t])) < tol else 0
@@ -129,11 +129,11 @@ def _sweeps_to(elbos: list[float], tol: float, patience: int = 3) -> int | None:
 
 
 def run_boston(seeds: list[int], max_sweeps: int, tol: float, reps: int) -> list[dict]:
-    """Time to converge (``zoo.inference.fit``, paper stopping rule) and median time per sweep / ELBO; also
+    """Time to converge (``zoo.infer.loop.fit``, paper stopping rule) and median time per sweep / ELBO; also
     when looser tolerances would have stopped the same run, and the last relative ELBO change."""
-    from zoo.inference import fit
-    from zoo.metrics import rmse
-    from zoo.predict import predict
+    from zoo.eval.metrics import rmse
+    from zoo.infer.loop import fit
+    from zoo.infer.predict import predict
 
     loose = (1e-3, 1e-4)
     print(
@@ -205,7 +205,7 @@ def run_pernode(
         model, guide, x, y, _, _ = _boston(hidden)
         label = f"boston split 0, N = {x.shape[0]}, D_in = {x.shape[1]}"
     else:
-        from zoo.registry import build
+        from zoo.experiments.registry import build
 
         x, y = _synthetic(n, seed=seed)
         model, guide, _ = build("bowtie", x.shape[1], 1, "regression", hidden=hidden)

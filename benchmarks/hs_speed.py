@@ -25,9 +25,9 @@ import pyro.optim
 import torch
 from pyro.infer import SVI, Trace_ELBO
 
-from guides.lrt import HorseshoeLRTELBO
+from guides.horseshoe.lrt import HorseshoeLRTELBO
 from zoo.data import load_dataset
-from zoo.registry import build
+from zoo.experiments.registry import build
 
 GUIDES = ("factorized", "tied", "semi-structured", "structured")
 CONFIGS = {"boston": ("uci:boston", [50]), "mnist10k": ("mnist10k", [400, 400])}

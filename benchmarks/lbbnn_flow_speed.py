@@ -5,10 +5,10 @@ All fit the same model (784-400-600-10 ReLU, spike-and-slab prior ψ = 0.1, σ²
 100 with one Adam optimizer and one MC sample per step:
 
 * ``plain LCRT``: written here from note §2.4 (two matmuls per layer, analytic KL), no Pyro;
-* ``zoo LCRT``: :class:`guides.lcrt.LCRTLBBNNGuide` with :class:`guides.lcrt.LCRT_ELBO`;
-* ``zoo FLOW``: :class:`guides.flows.LBBNNFlowGuide` (K = 2 IAF steps for q(z) and r, MADE 2 × 50,
+* ``zoo LCRT``: :class:`guides.lbbnn.lcrt.LCRTLBBNNGuide` with :class:`guides.lbbnn.lcrt.LCRT_ELBO`;
+* ``zoo FLOW``: :class:`guides.flows.zflow.LBBNNFlowGuide` (K = 2 IAF steps for q(z) and r, MADE 2 × 50,
   the guide's default) with ``LCRT_ELBO``;
-* ``zoo MF``: :class:`guides.lbbnn.MeanFieldLBBNNGuide` (weight-space sampling, ``Trace_ELBO``).
+* ``zoo MF``: :class:`guides.lbbnn.meanfield.MeanFieldLBBNNGuide` (weight-space sampling, ``Trace_ELBO``).
 
 ``python benchmarks/lbbnn_flow_speed.py [--quick]`` (``--quick``: 10 timed steps per method instead of an
 epoch of 80); the data root is ``$ZOO_DATA_DIR`` or ``--data-dir``.  The paper's A10 GPU numbers
@@ -24,10 +24,10 @@ import pyro
 import torch
 import torch.nn.functional as F
 
-from guides.lcrt import LCRT_ELBO
+from guides.lbbnn.lcrt import LCRT_ELBO
 from zoo.data import load_dataset
-from zoo.inference import fit, resume
-from zoo.registry import build
+from zoo.experiments.registry import build
+from zoo.infer.loop import fit, resume
 
 PSI, SLAB_VAR, BATCH = 0.1, 1.0, 100
 

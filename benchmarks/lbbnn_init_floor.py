@@ -25,11 +25,11 @@ import time
 import pyro
 import torch
 
-from zoo.checkpoint import atomic_write_bytes
 from zoo.data import load_dataset
-from zoo.inference import fit
-from zoo.jobs import _prepare
-from zoo.registry import build
+from zoo.experiments.registry import build
+from zoo.experiments.runs import _prepare
+from zoo.infer.checkpoint import atomic_write_bytes
+from zoo.infer.loop import fit
 
 #: the reference code's MNIST-FC logit initialization range (note 003 §2.5 [C])
 LAMBDA_RANGE = (-15.0, 10.0)

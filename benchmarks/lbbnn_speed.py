@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from pyro.infer import Trace_ELBO
 
-from guides.lbbnn import ClosedFormKL_ELBO, MeanFieldLBBNNGuide
+from guides.lbbnn.meanfield import ClosedFormKL_ELBO, MeanFieldLBBNNGuide
 from zoo.data import load_dataset
-from zoo.inference import fit
-from zoo.registry import build
+from zoo.experiments.registry import build
+from zoo.infer.loop import fit
 
 PSI, SLAB_VAR, TEMP, BATCH = 0.1, 1.0, 0.5, 100
 
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
         step(x[idx], y[idx])
     plain = (time.perf_counter() - t0) / steps
 
-    from zoo.inference import resume
+    from zoo.infer.loop import resume
 
     def zoo_step(loss) -> float:
         pyro.clear_param_store()

@@ -1,5 +1,5 @@
 """Per-step cost of Pyro's per-parameter Adam (``pyro.optim.Adam``: one torch optimizer per tensor) versus the
-zoo's :class:`zoo.optim.FusedPyroOptim` (one multi-tensor Adam), measured in the same run on the same fits.
+zoo's :class:`zoo.infer.optim.FusedPyroOptim` (one multi-tensor Adam), measured in the same run on the same fits.
 
 Configurations (guides with many parameter tensors): the one-neuron LBBNN-FLOW of ``lbbnn-flow-selection``
 (logistic-sim, MADE 2 x 100, batch 400, ~34 tensors), the horseshoe structured guide on boston 1 x 50
@@ -18,10 +18,10 @@ import pyro
 import pyro.optim
 import torch
 
-import zoo.models.lbbnn_flows  # noqa: F401  (registers the flow guides)
+import zoo.families.lbbnn.flows  # noqa: F401  (registers the flow guides)
 from zoo.data import load_dataset
-from zoo.inference import fit, make_optimizer, resume
-from zoo.registry import build
+from zoo.experiments.registry import build
+from zoo.infer.loop import fit, make_optimizer, resume
 
 CONFIGS = {
     "lbbnn-flow 1-neuron (logistic-sim)": (

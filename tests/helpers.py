@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from zoo.architectures import MLP
-from zoo.likelihoods import GaussianLikelihood
-from zoo.model import BayesianModel
+from zoo.core.architectures import MLP
+from zoo.core.likelihoods import GaussianLikelihood
+from zoo.core.model import BayesianModel
 from zoo.priors import GaussianPrior
 
 
@@ -25,7 +25,7 @@ def blr_model(d: int = 3, s0: float = 2.0, a0: float = 2.0, b0: float = 1.0) -> 
 
 
 def mlp_model(d: int = 3, hidden=(8,), task: str = "regression", k: int = 1) -> BayesianModel:
-    from zoo.likelihoods import make_likelihood
+    from zoo.core.likelihoods import make_likelihood
 
     out = 1 if task in ("regression", "binary") else k
     return BayesianModel(MLP(d, hidden, out), GaussianPrior(1.0), make_likelihood(task, out))

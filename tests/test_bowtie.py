@@ -21,14 +21,20 @@ from pyro import poutine
 from pyro.infer import Predictive, Trace_ELBO
 from scipy import integrate, stats
 
-from guides.bowtie import BowtieCAVIGuide, ensemble_predictions
-from zoo.bowtie import BowtieModel, PolyaGamma1, pg_mean
+from guides.bowtie.cavi import BowtieCAVIGuide, ensemble_predictions
 from zoo.data import make_bowtie_toy
 from zoo.data.synthetic import bowtie_mean
-from zoo.inference import fit
-from zoo.priors.ngig import BowtieNoisePrior, GaussianBowtiePrior, NGIGPrior, gig_mean, gig_mean_reciprocal
-from zoo.registry import build, get_entry
-from zoo.reproduce import PROTOCOLS
+from zoo.experiments.registry import build, get_entry
+from zoo.experiments.reproduce import PROTOCOLS
+from zoo.families.bowtie.model import BowtieModel, PolyaGamma1, pg_mean
+from zoo.families.bowtie.prior import (
+    BowtieNoisePrior,
+    GaussianBowtiePrior,
+    NGIGPrior,
+    gig_mean,
+    gig_mean_reciprocal,
+)
+from zoo.infer.loop import fit
 
 F64 = torch.float64
 
@@ -155,7 +161,7 @@ def test_closed_form_elbo_matches_trace_elbo(hidden, gaussian):
 
 
 def test_fit_through_training_loop_and_predict():
-    """zoo.inference.fit drives the CAVI sweeps (closed_form_update each step); the recorded ELBO is
+    """zoo.infer.loop.fit drives the CAVI sweeps (closed_form_update each step); the recorded ELBO is
     monotone and
     the test-time local updates (§3.5) recover the toy function."""
     x, y = toy(150)
@@ -276,7 +282,7 @@ def test_registry_entry_protocols_and_state_dict_round_trip():
 
 
 def test_svi_minibatch_fit_through_training_loop():
-    """§3.3: minibatch SVI through zoo.inference.fit (batch_size) improves the full-data ELBO over its
+    """§3.3: minibatch SVI through zoo.infer.loop.fit (batch_size) improves the full-data ELBO over its
     initialization and predicts the toy function reasonably (SVI is less accurate than CAVI, §4.6)."""
     x, y = toy(150)
     m = BowtieModel(2, (10,), 1, noise_rate=None).double()
@@ -331,7 +337,7 @@ def test_gaussian_prior_model_has_no_scale_sites_and_em_is_refused():
 
 def test_ensemble_weights_and_moments():
     """§3.5: w_k ∝ exp(zeta ELBO_k); mixture mean and variance by the law of total variance."""
-    from zoo.predict import Predictions
+    from zoo.infer.predict import Predictions
 
     p1 = Predictions("regression", mean=torch.tensor([0.0, 1.0]), var=torch.tensor([1.0, 2.0]))
     p2 = Predictions("regression", mean=torch.tensor([2.0, 1.0]), var=torch.tensor([1.0, 4.0]))

@@ -1,7 +1,7 @@
 """The training loop on a conjugate ground truth: Bayesian linear regression with unknown noise.
 
 The mean-field fixed point is computed independently here (a scalar root-find in E[1/sigma^2] on the
-eigenbasis of X^T X, numpy/scipy), then compared with what ``zoo.inference.fit`` reaches through the
+eigenbasis of X^T X, numpy/scipy), then compared with what ``zoo.infer.loop.fit`` reaches through the
 guide's closed-form updates.
 """
 
@@ -15,9 +15,9 @@ import torch
 from pyro.infer import Trace_ELBO
 from scipy.optimize import brentq
 
-from guides.conjugate import LinearRegressionCAVIGuide
-from zoo.inference import fit
-from zoo.registry import build
+from guides.baselines.conjugate import LinearRegressionCAVIGuide
+from zoo.experiments.registry import build
+from zoo.infer.loop import fit
 
 from .helpers import blr_data, blr_model
 

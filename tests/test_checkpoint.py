@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-from zoo.checkpoint import atomic_torch_save, load, save
-from zoo.inference import fit, resume
-from zoo.registry import build
+from zoo.experiments.registry import build
+from zoo.infer.checkpoint import atomic_torch_save, load, save
+from zoo.infer.loop import fit, resume
 
 from .helpers import blr_data
 
@@ -83,8 +83,8 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path, monkeypatch):
 
 def test_atomic_write_gives_umask_permissions(tmp_path):
     """The temporary file of an atomic write is created 0600; the final file gets 0666 & ~umask."""
-    from zoo import checkpoint
-    from zoo.checkpoint import atomic_write_bytes
+    from zoo.infer import checkpoint
+    from zoo.infer.checkpoint import atomic_write_bytes
 
     atomic_write_bytes(tmp_path / "m.json", b"{}")
     assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o666 & ~checkpoint._UMASK

@@ -10,7 +10,7 @@ import sys
 import arviz as az
 import pytest
 
-from zoo.cli import main
+from zoo.experiments.cli import main
 
 FIT_KEYS = {"model", "guide", "dataset", "split", "n_train", "n_test", "fit_seconds", "elbo"}
 
@@ -88,7 +88,7 @@ def test_fit_classification_keys(tmp_path):
 def test_fit_guide_options_reach_the_guide_and_the_checkpoint(tmp_path):
     """``--guide-option`` is passed to the guide factory and recorded, so a checkpoint rebuilds the same
     guide (here the bow-tie SVI beta rule)."""
-    from zoo.checkpoint import load
+    from zoo.infer.checkpoint import load
 
     out = tmp_path / "run"
     argv = ["fit", "bowtie", "--dataset", "diabetes", "--hidden", "3", "--steps", "2", "--num-samples", "5"]
@@ -151,7 +151,9 @@ def test_reproduce_without_data_root_is_a_usage_error(tmp_path, capsys, monkeypa
 
 
 def test_console_script_entry_point():
-    r = subprocess.run([sys.executable, "-m", "zoo.cli", "list"], capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "zoo.experiments.cli", "list"], capture_output=True, text=True, check=True
+    )
     assert "mfvi-bnn" in r.stdout
 
 
@@ -159,7 +161,7 @@ def _smoke_protocol(
     name: str, run_kwargs: dict, metrics: tuple, paper: dict | None = None, dataset: str = "uci:yacht"
 ) -> None:
     """Register (once) a protocol of mfvi-bnn fits on ``dataset``, splits 0-1 by default."""
-    from zoo.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol
+    from zoo.experiments.reproduce import PROTOCOLS, Protocol, RunSpec, register_protocol
 
     if name not in PROTOCOLS:
         register_protocol(
@@ -177,7 +179,7 @@ def _smoke_protocol(
 
 def test_reproduce_smoke_on_shared_uci(tmp_path, data_dir, monkeypatch):
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
-    from zoo.reproduce import run_protocol
+    from zoo.experiments.reproduce import run_protocol
 
     _smoke_protocol(
         "smoke-uci",
@@ -197,7 +199,7 @@ def test_reproduce_keeps_rows_of_aliased_datasets(tmp_path, data_dir, monkeypatc
     """A protocol naming a dataset by alias (``uci:boston``) keeps its rows, keyed by the alias, with the
     loader's canonical name beside it (the rows used to be dropped from the table)."""
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
-    from zoo.reproduce import run_protocol
+    from zoo.experiments.reproduce import run_protocol
 
     _smoke_protocol(
         "smoke-alias", {"hidden": [3], "steps": 3, "num_samples": 3}, ("rmse",), dataset="uci:boston"
@@ -215,7 +217,7 @@ def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypat
     import json
 
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
-    from zoo.reproduce import run_protocol
+    from zoo.experiments.reproduce import run_protocol
 
     _smoke_protocol("smoke-merge", {"hidden": [5], "steps": 5, "num_samples": 5}, ("rmse",))
     fake = {"variant": "mfvi-bnn", "dataset": "uci:yacht", "split": 0, "rmse": 123.0}
@@ -240,7 +242,7 @@ def test_reproduce_set_overrides_only_keys_the_protocol_sets(tmp_path, data_dir,
     """``--set KEY=VALUE`` overrides a run argument where the protocol sets it (``steps`` everywhere): a
     post-training override does not reach a fit that has none (it would raise there)."""
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
-    from zoo.reproduce import run_protocol
+    from zoo.experiments.reproduce import run_protocol
 
     _smoke_protocol("smoke-set", {"hidden": [3], "steps": 50, "num_samples": 3}, ("rmse",))
     doc = run_protocol(

@@ -15,12 +15,10 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 from scipy import integrate, special, stats
 
-from guides.collapsed import PENALTY_SITE, CollapsedBoundGuide, HierarchicalCollapsedGuide
-from zoo.checkpoint import load, save
-from zoo.diagnostics import to_inference_data
-from zoo.inference import fit
-from zoo.models.collapsed import build_collapsed
-from zoo.priors.collapsed import (
+from guides.collapsed.bound import PENALTY_SITE, CollapsedBoundGuide, HierarchicalCollapsedGuide
+from zoo.eval.diagnostics import to_inference_data
+from zoo.families.collapsed.entry import build_collapsed
+from zoo.families.collapsed.prior import (
     CollapsedPrior,
     optimal_alpha_reg,
     optimal_delta,
@@ -29,6 +27,8 @@ from zoo.priors.collapsed import (
     penalty_cmv,
     penalty_cv,
 )
+from zoo.infer.checkpoint import load, save
+from zoo.infer.loop import fit
 
 D64 = torch.float64
 
@@ -322,7 +322,7 @@ def test_learned_hyperparameters_are_the_bound_optimum(kind):
 
 @pytest.mark.parametrize("guide_cls", [CollapsedBoundGuide, HierarchicalCollapsedGuide])
 def test_fit_predict_checkpoint_arviz(tmp_path, guide_cls):
-    from zoo.registry import build
+    from zoo.experiments.registry import build
 
     x, y = _data()
     x, y = x.float(), y.float()
@@ -346,7 +346,7 @@ def test_fit_predict_checkpoint_arviz(tmp_path, guide_cls):
 
 def test_prior_marginals_match_hierarchy_by_monte_carlo():
     """The marginal parameterization (collapsed guide) and the hierarchical one are the same prior."""
-    from zoo.architectures import MLP
+    from zoo.core.architectures import MLP
 
     spec = MLP(4, (), 1).param_specs()[0]
     n = 40000
@@ -376,7 +376,7 @@ def test_argument_validation():
         CollapsedPrior("cv", learn_hyper=True, num_layers=2)
     with pytest.raises(ValueError, match="num_layers"):
         CollapsedPrior("cm", learn_hyper=True)
-    from zoo.models.baselines import _mfvi_build
+    from zoo.families.baselines.entry import _mfvi_build
 
     with pytest.raises(TypeError, match="CollapsedPrior"):
         CollapsedBoundGuide(_mfvi_build(2, 1, "regression", (3,)))
@@ -397,8 +397,8 @@ def test_q_tau_matches_conjugate_update_by_brute_force():
 
 
 def test_registry_and_protocol():
-    from zoo.registry import get_entry
-    from zoo.reproduce import PROTOCOLS, available_protocols
+    from zoo.experiments.registry import get_entry
+    from zoo.experiments.reproduce import PROTOCOLS, available_protocols
 
     for name in ("cm-bnn", "cv-bnn", "cmv-bnn"):
         e = get_entry(name)
@@ -411,7 +411,7 @@ def test_registry_and_protocol():
 
 
 def test_zoo_fit_on_boston_smoke(data_dir, tmp_path):
-    from zoo.jobs import fit_on_dataset, write_run
+    from zoo.experiments.runs import fit_on_dataset, write_run
 
     run = fit_on_dataset(
         "cmv-bnn",

@@ -10,13 +10,13 @@ from pyro.infer import Predictive, Trace_ELBO, TraceMeanField_ELBO
 from torch import nn
 
 from guides.autoguides import make_autoguide
-from zoo.architectures import MLP, ParamSpec
-from zoo.checkpoint import load, save
-from zoo.inference import fit
-from zoo.likelihoods import GaussianLikelihood, make_likelihood
-from zoo.model import BayesianModel
+from zoo.core.architectures import MLP, ParamSpec
+from zoo.core.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.core.model import BayesianModel
+from zoo.experiments.registry import available, build, get_entry
+from zoo.infer.checkpoint import load, save
+from zoo.infer.loop import fit
 from zoo.priors import GaussianPrior
-from zoo.registry import available, build, get_entry
 
 
 def test_mlp_equals_torch_nn_with_the_same_weights():
@@ -98,7 +98,7 @@ def test_composition_rejects_wrong_parts():
 
 def test_custom_prior_in_one_file_plugs_in():
     """A user prior written against the contract runs under an autoguide, fit, predict."""
-    from zoo.priors.base import Prior
+    from zoo.core.prior import Prior
 
     class LaplacePrior(Prior):
         def __init__(self, scale=1.0):
@@ -166,8 +166,8 @@ def test_abstract_interfaces_name_the_missing_method():
     """A new prior/guide that forgets part of the contract gets an error naming its class and the method."""
     import pytest as _pytest
 
-    from guides.base import ClosedFormGuide
-    from zoo.priors.base import Prior
+    from zoo.core.guide import ClosedFormGuide
+    from zoo.core.prior import Prior
 
     class HalfPrior(Prior):
         pass

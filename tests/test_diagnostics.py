@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from zoo.diagnostics import save_netcdf, to_inference_data
-from zoo.inference import fit
-from zoo.registry import build
+from zoo.eval.diagnostics import save_netcdf, to_inference_data
+from zoo.experiments.registry import build
+from zoo.infer.loop import fit
 
 matplotlib.use("Agg")
 

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from zoo.cli import main
-from zoo.ensemble import SEED_STRIDE, combine_predictions, ensemble_weights, fit_ensemble
-from zoo.jobs import fit_on_dataset
-from zoo.predict import Predictions
+from zoo.experiments.cli import main
+from zoo.experiments.ensemble import SEED_STRIDE, combine_predictions, ensemble_weights, fit_ensemble
+from zoo.experiments.runs import fit_on_dataset
+from zoo.infer.predict import Predictions
 
 FAST = {"hidden": [4], "steps": 20, "num_samples": 8}
 

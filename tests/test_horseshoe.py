@@ -14,20 +14,20 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 from scipy import integrate, optimize, special, stats
 
-from guides.horseshoe import (
+from guides.horseshoe.factorized import (
     HorseshoeGuide,
     SemiStructuredHorseshoeGuide,
     TiedHorseshoeGuide,
     expected_log_half_cauchy_mixture,
     prune_probability,
 )
-from guides.horseshoe_structured import StructuredHorseshoeGuide, matrix_normal_entropy
-from guides.lrt import HorseshoeLRTELBO
-from zoo.architectures import MLP
-from zoo.inference import fit
-from zoo.likelihoods import GaussianLikelihood
-from zoo.model import BayesianModel
-from zoo.priors.horseshoe import HorseshoePrior, group_layers, regularized_variance
+from guides.horseshoe.lrt import HorseshoeLRTELBO
+from guides.horseshoe.structured import StructuredHorseshoeGuide, matrix_normal_entropy
+from zoo.core.architectures import MLP
+from zoo.core.likelihoods import GaussianLikelihood
+from zoo.core.model import BayesianModel
+from zoo.families.horseshoe.prior import HorseshoePrior, group_layers, regularized_variance
+from zoo.infer.loop import fit
 
 FAMILIES = [HorseshoeGuide, TiedHorseshoeGuide, SemiStructuredHorseshoeGuide, StructuredHorseshoeGuide]
 

@@ -11,16 +11,21 @@ import pytest
 import torch
 
 from guides.autoguides import make_autoguide
-from guides.horseshoe import HorseshoeGuide, SemiStructuredHorseshoeGuide, TiedHorseshoeGuide, prune_network
-from guides.horseshoe_structured import StructuredHorseshoeGuide
-from zoo import checkpoint
-from zoo.architectures import MLP
-from zoo.inference import fit
-from zoo.likelihoods import GaussianLikelihood
-from zoo.model import BayesianModel
-from zoo.priors.horseshoe import HorseshoePrior
-from zoo.registry import available, build
-from zoo.reproduce import PROTOCOLS, available_protocols
+from guides.horseshoe.factorized import (
+    HorseshoeGuide,
+    SemiStructuredHorseshoeGuide,
+    TiedHorseshoeGuide,
+    prune_network,
+)
+from guides.horseshoe.structured import StructuredHorseshoeGuide
+from zoo.core.architectures import MLP
+from zoo.core.likelihoods import GaussianLikelihood
+from zoo.core.model import BayesianModel
+from zoo.experiments.registry import available, build
+from zoo.experiments.reproduce import PROTOCOLS, available_protocols
+from zoo.families.horseshoe.prior import HorseshoePrior
+from zoo.infer import checkpoint
+from zoo.infer.loop import fit
 
 PLANTED_OFF = [1, 3, 4]
 
@@ -121,7 +126,7 @@ def test_checkpoint_round_trip(tmp_path, guide_name):
     with r2.activate():
         assert r2.guide.sparsity_report(r2.model).as_dict() == guide.sparsity_report(model).as_dict()
     # resume continues the exact run: fit 6 + save/load + 4 == fit 10
-    from zoo.inference import resume
+    from zoo.infer.loop import resume
 
     resume(r2, x, y, 4, progress=False)
     pyro.clear_param_store()
@@ -157,7 +162,7 @@ def test_registry_entries_and_protocols():
 
 
 def test_zoo_fit_cli_on_yacht(tmp_path, data_dir):
-    from zoo.cli import main
+    from zoo.experiments.cli import main
 
     out = tmp_path / "run"
     code = main(
@@ -188,8 +193,8 @@ def test_zoo_fit_cli_on_yacht(tmp_path, data_dir):
 def test_protocol_metrics_count_units_by_rule_and_by_profile():
     """``hs_metrics`` (the hs protocols' extra columns) agrees with the sparsity report it summarizes, and the
     regression scores carry both RMSE conventions of note 004 §6.1."""
-    from zoo.jobs import fit_on_dataset
-    from zoo.models.horseshoe import ACTIVE_FRACTION, hs_metrics
+    from zoo.experiments.runs import fit_on_dataset
+    from zoo.families.horseshoe.entry import ACTIVE_FRACTION, hs_metrics
 
     run = fit_on_dataset("hs-bnn", "toy-hs", split=0, hidden=[8], steps=40, num_samples=20, progress=False)
     info = run.metrics

@@ -11,8 +11,8 @@ import torch
 from pyro import poutine
 
 from guides.autoguides import make_autoguide
-from guides.base import ClosedFormGuide
-from zoo.inference import ConvergenceMonitor, fit, make_optimizer
+from zoo.core.guide import ClosedFormGuide
+from zoo.infer.loop import ConvergenceMonitor, fit, make_optimizer
 
 from .helpers import blr_data, blr_model, mlp_model
 
@@ -71,7 +71,7 @@ def test_fits_do_not_share_parameters_by_name():
 
 def test_tolerance_stops_early_and_callbacks_can_stop():
     x, y = blr_data(dtype=torch.float32)
-    from zoo.registry import build
+    from zoo.experiments.registry import build
 
     model, guide, _ = build("blr-cavi", 3, 1, "regression")
     res = fit(model, guide, x, y, steps=500, tol=1e-9, progress=False)
@@ -188,15 +188,15 @@ def test_classification_fit_runs_with_every_autoguide():
         assert torch.allclose(p.probs.sum(-1), torch.ones(60))
 
 
-# --------------------------------------------------------------------------- fused optimizer (zoo.optim)
+# --------------------------------------------------------------------------- fused optimizer (zoo.infer.optim)
 
 
 def _fit_with(optim, steps=30, seed=5, x=None, y=None):
-    from guides.lbbnn import MeanFieldLBBNNGuide  # a guide with several parameter tensors per layer
-    from zoo.architectures import MLP
-    from zoo.likelihoods import make_likelihood
-    from zoo.model import BayesianModel
-    from zoo.priors.spike_slab import SpikeSlabPrior
+    from guides.lbbnn.meanfield import MeanFieldLBBNNGuide  # a guide with several parameter tensors per layer
+    from zoo.core.architectures import MLP
+    from zoo.core.likelihoods import make_likelihood
+    from zoo.core.model import BayesianModel
+    from zoo.families.lbbnn.prior import SpikeSlabPrior
 
     arch = MLP(3, (6,), 1)
     model = BayesianModel(
@@ -208,9 +208,9 @@ def _fit_with(optim, steps=30, seed=5, x=None, y=None):
 
 
 def test_fused_optimizer_matches_pyro_per_parameter_adam():
-    """zoo.optim.FusedPyroOptim (the default ``adam``) takes the same steps as ``pyro.optim.Adam``'s one
+    """zoo.infer.optim.FusedPyroOptim (the default ``adam``) takes the same steps as ``pyro.optim.Adam``'s one
     optimizer per tensor, including per-parameter learning rates from a callable."""
-    from zoo.optim import FusedPyroOptim
+    from zoo.infer.optim import FusedPyroOptim
 
     x, y = blr_data(n=64, dtype=torch.float32)
     a = _fit_with(pyro.optim.Adam({"lr": 0.01}), x=x, y=y)
@@ -232,7 +232,7 @@ def test_fused_optimizer_skips_parameters_absent_from_the_step_and_round_trips_s
     """A parameter not in a step's trace keeps its value even with a stale gradient (as with
     per-parameter optimizers); ``get_state``/``set_state`` use PyroOptim's per-parameter format, so a
     state saved by one class resumes in the other."""
-    from zoo.optim import FusedPyroOptim
+    from zoo.infer.optim import FusedPyroOptim
 
     pyro.clear_param_store()
     p1 = pyro.param("p1", torch.ones(3))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zoo import registry
-from zoo.inference import fit
-from zoo.jobs import fit_on_dataset
+from zoo.experiments import registry
+from zoo.experiments.runs import fit_on_dataset
+from zoo.infer.loop import fit
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_ood_metrics_entropy():
     import dataclasses
     import math
 
-    from zoo.jobs import fit_on_dataset, ood_metrics
+    from zoo.experiments.runs import fit_on_dataset, ood_metrics
 
     run = fit_on_dataset("lbbnn", "digits", hidden=[8], steps=30, num_samples=5, progress=False)
     same = ood_metrics(run, ood=run.dataset, num_samples=5)
@@ -101,7 +101,7 @@ def test_lbbnn_image_metrics_prediction_variants():
     """Paper 001 Table 3's prediction variants on a digits fit: the posterior-mean network's accuracy
     against a hand forward pass of ``E[α] κ``; per-layer MPM densities average (weighted by layer size) to
     the overall density; inclusion means match the guide's α; confident fraction in [0, 1]."""
-    from zoo.models.lbbnn import image_metrics
+    from zoo.families.lbbnn.entry import image_metrics
 
     run = fit_on_dataset("lbbnn", "digits", hidden=[16], steps=150, num_samples=5, progress=False)
     m = image_metrics(run, num_samples=5)

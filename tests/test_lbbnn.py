@@ -11,20 +11,20 @@ import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 
-from guides.lbbnn import (
+from guides.lbbnn.meanfield import (
     InclusionConcrete,
     MeanFieldLBBNNGuide,
     fit_lbbnn,
     param_group,
 )
-from guides.lbbnn_mvn import MVNLBBNNGuide, expected_sigmoid
-from zoo.architectures import MLP
-from zoo.checkpoint import load
-from zoo.inference import fit
-from zoo.likelihoods import GaussianLikelihood, make_likelihood
-from zoo.model import BayesianModel
-from zoo.priors.spike_slab import SpikeSlabPrior, gaussian_kl, spike_slab_kl
-from zoo.registry import build
+from guides.lbbnn.mvn import MVNLBBNNGuide, expected_sigmoid
+from zoo.core.architectures import MLP
+from zoo.core.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.core.model import BayesianModel
+from zoo.experiments.registry import build
+from zoo.families.lbbnn.prior import SpikeSlabPrior, gaussian_kl, spike_slab_kl
+from zoo.infer.checkpoint import load
+from zoo.infer.loop import fit
 
 D = torch.float64
 
@@ -295,7 +295,7 @@ def test_empirical_bayes_moves_then_freezes():
     assert bool(model.prior.eb_frozen) and not model.prior.eb_trainable
     psi1 = model.prior.psi.clone()
     assert torch.all((psi1 - psi0).abs() > 0.05)  # ψ moved towards the mean α (≈ 0.5-0.7 at init)
-    from zoo.inference import resume
+    from zoo.infer.loop import resume
 
     resume(res, x, y, 40, progress=False)
     assert torch.equal(model.prior.psi, psi1)
@@ -307,7 +307,7 @@ def test_empirical_bayes_moves_then_freezes():
     assert bool(model.prior.eb_frozen) and bool(guide.structure_frozen) and res.steps == 50
     with res.activate():
         a0 = guide.inclusion_probs()
-    from zoo.inference import resume as _resume
+    from zoo.infer.loop import resume as _resume
 
     _resume(res, x, y, 5, progress=False)
     with res.activate():
@@ -346,9 +346,9 @@ def test_eb_early_stop_rule_freezes_when_layer_one_psi_drops():
 
 def test_fit_lbbnn_staged_is_the_entry_fit_function(tmp_path):
     """``fit_options={"stage_lrs": ...}`` runs Algorithm 1 (pre-training = the prior's ``eb_steps``, fresh
-    per-stage optimizers, hyperparameters frozen); without it the entry fits like ``zoo.inference.fit``."""
-    from guides.lbbnn import STAGE_LRS, fit_lbbnn_staged
-    from zoo.jobs import fit_on_dataset
+    per-stage optimizers, hyperparameters frozen); without it the entry fits like ``zoo.infer.loop.fit``."""
+    from guides.lbbnn.meanfield import STAGE_LRS, fit_lbbnn_staged
+    from zoo.experiments.runs import fit_on_dataset
 
     torch.manual_seed(0)
     x, y = torch.randn(64, 4), torch.randint(0, 3, (64,))
@@ -356,7 +356,7 @@ def test_fit_lbbnn_staged_is_the_entry_fit_function(tmp_path):
     res = fit_lbbnn_staged(model, guide, x, y, steps=12, stage_lrs="short", batch_size=32, progress=False)
     assert res.steps == 12 and res.config["schedule"] == {"pretrain": 7, "train": 5, "posttrain": 0}
     assert bool(model.prior.eb_frozen) and STAGE_LRS["paper"]["pretrain"]["omega"] == 0.1
-    # the same seed and plain fit give identical parameters to zoo.inference.fit
+    # the same seed and plain fit give identical parameters to zoo.infer.loop.fit
     pyro.set_rng_seed(1)
     m1, g1, _ = build("lbbnn", 4, 3, "multiclass", hidden=(6,), hyper="fixed")
     r1 = fit_lbbnn_staged(m1, g1, x, y, steps=5, lr=1e-2, progress=False, seed=3)
@@ -449,9 +449,9 @@ def test_closed_form_kl_elbo_equals_trace_elbo(guide_name):
     the same random draws; the LBBNN guides use it by default with the closed-form KL."""
     import pyro.infer
 
-    import zoo.models.lbbnn_flows  # noqa: F401  (registers lcrt)
-    from guides.lbbnn import ClosedFormKL_ELBO
-    from zoo.registry import build
+    import zoo.families.lbbnn.flows  # noqa: F401  (registers lcrt)
+    from guides.lbbnn.meanfield import ClosedFormKL_ELBO
+    from zoo.experiments.registry import build
 
     torch.manual_seed(0)
     x, y = torch.randn(40, 5), torch.randint(0, 3, (40,))

@@ -13,16 +13,17 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 from torch.autograd.functional import jacobian
 
-from guides.flows import IAF, GaussianFlowGuide, HorseshoeFlowGuide, LBBNNFlowGuide
-from guides.lcrt import LCRT_ELBO, LCRTLBBNNGuide, LCRTMessenger, fit_lcrt, lcrt_moments
-from zoo.architectures import MLP
-from zoo.checkpoint import load
-from zoo.diagnostics import to_inference_data
-from zoo.inference import fit, resume
-from zoo.likelihoods import GaussianLikelihood, make_likelihood
-from zoo.model import BayesianModel
-from zoo.priors.spike_slab import SpikeSlabPrior, gaussian_kl, spike_slab_kl
-from zoo.registry import build
+from guides.flows.zflow import IAF, GaussianFlowGuide, LBBNNFlowGuide
+from guides.horseshoe.flow import HorseshoeFlowGuide
+from guides.lbbnn.lcrt import LCRT_ELBO, LCRTLBBNNGuide, LCRTMessenger, fit_lcrt, lcrt_moments
+from zoo.core.architectures import MLP
+from zoo.core.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.core.model import BayesianModel
+from zoo.eval.diagnostics import to_inference_data
+from zoo.experiments.registry import build
+from zoo.families.lbbnn.prior import SpikeSlabPrior, gaussian_kl, spike_slab_kl
+from zoo.infer.checkpoint import load
+from zoo.infer.loop import fit, resume
 
 D = torch.float64
 
@@ -286,7 +287,7 @@ def test_horseshoe_prior_under_the_z_flow_guide(tmp_path, device):
     x = x.to(device)
     model, guide, spec = build("hs-bnn", 3, 1, "regression", hidden=(16,), guide="flow")
     assert isinstance(guide, HorseshoeFlowGuide)
-    from zoo.models.horseshoe import default_loss
+    from zoo.families.horseshoe.entry import default_loss
 
     assert default_loss(model, guide) is None  # Trace_ELBO: the LRT path assumes a Gaussian q(β)
     with pytest.raises(ValueError, match="Trace_ELBO"):
@@ -337,7 +338,7 @@ def test_horseshoe_prior_under_the_z_flow_guide(tmp_path, device):
 
 def test_guide_options_reach_the_flow_guides():
     """``guide_options`` reach the flow and LCRT guides (the protocols set MADE 2 x 100 / 2 x 250)."""
-    import zoo.models.lbbnn_flows  # noqa: F401  (extends the registry entries)
+    import zoo.families.lbbnn.flows  # noqa: F401  (extends the registry entries)
 
     _, g, spec = build(
         "lbbnn", 5, 1, "binary", hidden=[4], guide="flow", guide_options={"flow_hidden": [7, 6]}
@@ -376,7 +377,7 @@ def _mixture_quantile(locs, tau):
 
 @pytest.fixture(scope="module")
 def tabular_runs():
-    from zoo.jobs import fit_on_dataset
+    from zoo.experiments.runs import fit_on_dataset
 
     common = {"hidden": [6], "steps": 60, "batch_size": 64, "num_samples": 5, "progress": False}
     opts = {"hyper": "fixed", "inclusion": 0.3}
@@ -394,7 +395,7 @@ def test_tabular_metrics_match_hand_computation(tabular_runs):
     from scipy.special import logsumexp
     from scipy.stats import norm
 
-    from zoo.models.lbbnn_tabular import mode_loglik
+    from zoo.families.lbbnn.tabular import mode_loglik
 
     reg, cls = tabular_runs
     m = reg.metrics
@@ -450,7 +451,7 @@ def test_weak_signal_selection_protocol_runs_on_the_weak_design(tmp_path):
     computed against the scaled truth."""
     import json
 
-    from zoo.reproduce import run_protocol
+    from zoo.experiments.reproduce import run_protocol
 
     doc = run_protocol(
         "lbbnn-flow-selection-weak",
@@ -472,8 +473,8 @@ def test_weak_signal_selection_protocol_runs_on_the_weak_design(tmp_path):
 def test_staged_schedule_drives_lcrt_and_flow_guides(gname):
     """The image protocol's Algorithm 1 stages (``IMAGE_STAGE_LRS``) apply to the LCRT and FLOW guides: the
     inclusion logits move with the high pre-training step size, the schedule is recorded."""
-    from guides.lbbnn import fit_lbbnn_staged
-    from zoo.models.lbbnn_flows import IMAGE_STAGE_LRS
+    from guides.lbbnn.meanfield import fit_lbbnn_staged
+    from zoo.families.lbbnn.flows import IMAGE_STAGE_LRS
 
     torch.manual_seed(0)
     x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))

@@ -1,4 +1,4 @@
-"""Tests for :mod:`zoo.metrics`: hand-computed cases, statistical sanity checks and input validation."""
+"""Tests for :mod:`zoo.eval.metrics`: hand-computed cases, statistical sanity checks and input validation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from zoo import metrics as M
+from zoo.eval import metrics as M
 
 LOG2PI = math.log(2.0 * math.pi)
 
@@ -578,7 +578,7 @@ def test_bad_torch_inputs_raise_too(device):
 
 # ------------------------------------------------------------------ predictive entropy / mutual information
 def test_predictive_entropy_and_mutual_information_closed_forms():
-    from zoo.metrics import mutual_information, predictive_entropy
+    from zoo.eval.metrics import mutual_information, predictive_entropy
 
     p = np.array([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
     assert predictive_entropy(p) == pytest.approx([np.log(4), 0.0, np.log(2)])

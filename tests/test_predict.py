@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from zoo.inference import fit
-from zoo.predict import log_likelihood, posterior_samples, predict
-from zoo.registry import build
+from zoo.experiments.registry import build
+from zoo.infer.loop import fit
+from zoo.infer.predict import log_likelihood, posterior_samples, predict
 
 from .helpers import blr_data
 
@@ -106,7 +106,7 @@ def test_predict_bad_input():
 
 
 def test_custom_guide_predictive_gets_kwargs_and_target_scaling():
-    from zoo.predict import Predictions
+    from zoo.infer.predict import Predictions
 
     res, x, _ = _blr_fit()
 

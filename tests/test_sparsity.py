@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from zoo.sparsity import SparsityReport
+from zoo.core.sparsity import SparsityReport
 
 
 def test_density_weights_layers_by_size():

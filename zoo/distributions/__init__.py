@@ -10,14 +10,14 @@
 * :func:`log_bessel_k`, :func:`bessel_k_ratio` (K_{nu+1}/K_nu) and friends: log-space Bessel-K numerics.
 """
 
-from .gig import (
+from zoo.distributions.gig import (
     GeneralizedInverseGaussian,
     bessel_k_ratio,
     log_bessel_k,
     log_bessel_k_dnu,
     log_bessel_k_ratio,
 )
-from .ngig import (
+from zoo.distributions.ngig import (
     NormalGIG,
     inverse_gamma_mixing,
     laplace_marginal,
@@ -31,7 +31,7 @@ from .ngig import (
     student_t_marginal,
     student_t_mixing,
 )
-from .polya_gamma import PolyaGamma, log_cosh, polya_gamma_mean, polya_gamma_variance
+from zoo.distributions.polya_gamma import PolyaGamma, log_cosh, polya_gamma_mean, polya_gamma_variance
 
 __all__ = [
     "GeneralizedInverseGaussian",

@@ -43,7 +43,7 @@ from pyro.distributions import Laplace, StudentT, TorchDistribution
 from torch.distributions import constraints
 from torch.distributions.utils import broadcast_all
 
-from .gig import GeneralizedInverseGaussian, log_bessel_k
+from zoo.distributions.gig import GeneralizedInverseGaussian, log_bessel_k
 
 _EMPTY_SHAPE = torch.Size()
 

@@ -1,6 +1,6 @@
-"""Priors over network parameters (see :mod:`zoo.priors.base` for the contract)."""
+"""Priors over network parameters (see :mod:`zoo.core.prior` for the contract)."""
 
-from .base import Prior
-from .gaussian import GaussianPrior
+from zoo.core.gaussian import GaussianPrior
+from zoo.core.prior import Prior
 
 __all__ = ["Prior", "GaussianPrior"]

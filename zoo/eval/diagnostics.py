@@ -1,0 +1,126 @@
+"""ArviZ export of a fit: :func:`to_inference_data`.
+
+ArviZ's ``from_pyro`` only accepts MCMC objects, so VI fits go through ``az.from_dict`` with a chain
+axis of size 1 (anchors §4.1).  Groups:
+
+* ``posterior`` — ``S`` i.i.d. draws from the guide of every latent site (``chain = 1``, ``draw = S``),
+  with named dims per site (``fc0.weight`` → ``(fc0_out, fc0_in)``; a layer's bias shares ``fc0_out``);
+* ``posterior_predictive`` — joint draws of ``y`` at the given inputs;
+* ``log_likelihood`` — pointwise ``log p(y_n | θ_s)`` (``S x N``), for ``az.loo`` / ``az.waic``;
+* ``observed_data`` — ``y``;
+* ``vi_trace`` — the ELBO per optimization step (dim ``step``); fit facts are in the posterior attrs.
+
+**Which diagnostics mean something for VI draws.**  The draws are i.i.d. from q, not a Markov chain:
+R-hat, ESS and MCSE-of-the-chain in ``az.summary`` are *not* convergence diagnostics here (R-hat ≈ 1 and
+ESS ≈ S by construction; use ``az.summary(..., kind="stats")``).  Meaningful: posterior summaries of
+q (means, sds, HDIs), PSIS-LOO / WAIC from the log-likelihood (``az.loo``; its Pareto-k flags
+influential points), posterior predictive checks (``az.plot_ppc``), LOO-PIT calibration, and the ELBO
+trace.  Convergence of VI is judged by the ELBO trace and by agreement across seeds.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import xarray as xr
+from torch import Tensor
+
+from zoo.core.validation import check_positive_int
+from zoo.infer.predict import log_likelihood, posterior_samples, predict
+
+__all__ = ["to_inference_data", "save_netcdf"]
+
+
+def _site_dims(name: str, shape: tuple[int, ...]) -> list[str]:
+    if name.endswith(".weight") and len(shape) == 2:
+        layer = name[: -len(".weight")]
+        return [f"{layer}_out", f"{layer}_in"]
+    if name.endswith(".bias") and len(shape) == 1:
+        return [f"{name[: -len('.bias')]}_out"]
+    return [f"{name}_dim_{i}" for i in range(len(shape))]
+
+
+def to_inference_data(
+    fit,
+    x: Tensor,
+    y: Tensor | None = None,
+    num_samples: int = 200,
+    *,
+    include_weights: bool | None = None,
+    max_weight_params: int = 50_000,
+    seed: int | None = 0,
+) -> az.InferenceData:
+    """Export a :class:`~zoo.infer.loop.FitResult` to ``arviz.InferenceData`` (see module docstring).
+
+    :param x: inputs at which to draw the posterior predictive / log-likelihood (e.g. the test set).
+    :param y: observed targets at ``x`` (omit for prediction-only export: no log-likelihood then).
+    :param include_weights: export weight/bias sites; default only when the network has at most
+        ``max_weight_params`` parameters (hyperparameters and scales are always exported).
+    """
+    num_samples = check_positive_int("num_samples", num_samples)
+    arch = fit.model.architecture
+    if include_weights is None:
+        include_weights = arch.num_params() <= max_weight_params
+    draws = posterior_samples(fit, num_samples, seed=seed)
+    weight_sites = {s.name for s in arch.param_specs()}
+    posterior, dims = {}, {}
+    for name, v in draws.items():
+        if name in weight_sites and not include_weights:
+            continue
+        arr = v.detach().cpu().numpy()
+        spec_shape = next((s.shape for s in arch.param_specs() if s.name == name), None)
+        if spec_shape is not None:
+            arr = arr.reshape(num_samples, *spec_shape)
+        posterior[name] = arr[None]
+        dims[name] = _site_dims(name, arr.shape[1:])
+    pred = predict(fit, x, num_samples=num_samples, keep_draws=False, return_samples=True, seed=seed)
+    n = x.shape[0]
+    obs_dims = ["obs_id"] if pred.samples.dim() == 2 else ["obs_id", "y_dim"]
+    groups: dict = {
+        "posterior": posterior,
+        "posterior_predictive": {"y": pred.samples.cpu().numpy()[None]},
+    }
+    dims["y"] = obs_dims
+    if y is not None:
+        ll = log_likelihood(fit, x, y, num_samples=num_samples, seed=seed)
+        groups["log_likelihood"] = {"y": ll.cpu().numpy()[None]}
+        groups["observed_data"] = {"y": y.detach().cpu().numpy()}
+    attrs = {
+        "inference": "variational",
+        "guide": type(fit.guide).__name__,
+        "model": (fit.spec or {}).get("model", type(fit.model).__name__),
+        "steps": int(fit.steps),
+        "seed": int(fit.seed),
+        "final_elbo": float(fit.final_elbo),
+        "fit_seconds": float(fit.wall_time),
+        "num_draws": int(num_samples),
+        "n_obs": int(n),
+    }
+    idata = az.from_dict(**groups, dims=dims, coords={"obs_id": np.arange(n)})
+    idata.posterior.attrs.update(attrs)
+    trace = xr.Dataset(
+        {"elbo": ("step", np.asarray(fit.elbo, dtype=np.float64))},
+        coords={"step": np.arange(1, len(fit.elbo) + 1)},
+    )
+    idata.add_groups({"vi_trace": trace})
+    return idata
+
+
+def save_netcdf(idata: az.InferenceData, path: str | os.PathLike) -> None:
+    """Write ``idata`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise ValueError(f"path: folder {str(path.parent)!r} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        idata.to_netcdf(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,300 @@
+"""Command line: ``zoo list`` | ``zoo fit MODEL --dataset NAME --out DIR`` | ``zoo reproduce NAME --out DIR``.
+
+Every argument is validated before anything is written; a bad argument is a usage error naming it
+(exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main", "build_parser"]
+
+
+def _threads(n: int | None) -> None:
+    import torch
+
+    if n is None:
+        env = os.environ.get("ZOO_NUM_THREADS")
+        n = int(env) if env and env.isdigit() and int(env) > 0 else 1
+    torch.set_num_threads(n)
+
+
+def _parse_splits(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    if not out or min(out) < 0:
+        raise ValueError
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the registered models")
+    f = sub.add_parser(
+        "fit",
+        help="fit a registered model on a dataset and write DIR/{metrics.json,posterior.nc,checkpoint.pt}",
+    )
+    f.add_argument("model")
+    f.add_argument(
+        "--dataset", required=True, help="diabetes, breast-cancer, digits, uci:<name>, mnist10k, ..."
+    )
+    f.add_argument("--split", type=int, default=0)
+    f.add_argument("--hidden", type=int, nargs="+", default=None, help="hidden widths, e.g. --hidden 50 50")
+    f.add_argument("--guide", default=None)
+    f.add_argument("--steps", type=int, default=None)
+    f.add_argument("--lr", type=float, default=None)
+    f.add_argument("--batch-size", type=int, default=None)
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--device", default=None, help="cpu (default, or ZOO_DEVICE) or cuda")
+    f.add_argument("--num-samples", type=int, default=100, help="posterior draws for prediction")
+    f.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default ZOO_NUM_THREADS, else 1: "
+        "the zoo's small networks run fastest single-threaded on a 2-core machine)",
+    )
+    f.add_argument("--data-dir", default=None, help="data root (default ZOO_DATA_DIR)")
+    f.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model builder option (repeatable), e.g. --option regularized=true; values parse as JSON",
+    )
+    f.add_argument(
+        "--guide-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="guide option (repeatable), e.g. --guide-option beta_rule=textbook; values parse as JSON",
+    )
+    f.add_argument(
+        "--ensemble",
+        type=int,
+        default=1,
+        metavar="K",
+        help="fit K members (seeds seed + 10007 i) and combine them with ELBO weights (paper 000 §3.6); "
+        "members go to DIR/member_i, the ensemble's metrics to DIR/metrics.json",
+    )
+    f.add_argument("--jobs", type=int, default=1, help="worker processes for --ensemble members")
+    f.add_argument("--zeta", type=float, default=0.1, help="ensemble weight tempering, w ∝ exp(zeta ELBO)")
+    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--out", required=True)
+    r = sub.add_parser(
+        "reproduce", help="run a paper protocol over splits; writes DIR/NAME.json and DIR/NAME.md"
+    )
+    r.add_argument("name")
+    r.add_argument("--out", required=True)
+    r.add_argument("--splits", default=None, help="e.g. 0-9 or 0,3,5 (default: the protocol's)")
+    r.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
+    r.add_argument("--steps", type=int, default=None, help="override the step budget (smoke runs)")
+    r.add_argument("--variants", default=None, help="comma-separated subset of the protocol's variants")
+    r.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a run argument wherever the protocol sets it (JSON value), e.g. "
+        "--set posttrain_steps=10 --set max_seconds=60 for a smoke run",
+    )
+    r.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the rows of an existing DIR/NAME.json that this run does not redo (complete a protocol "
+        "split range by split range); an interrupted run always resumes from DIR/NAME.partial.jsonl",
+    )
+    return p
+
+
+def _parse_options(items: Sequence[str]) -> dict:
+    import json
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(item)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    from zoo.core.validation import resolve_device
+    from zoo.data import DATASETS
+    from zoo.experiments.registry import get_entry
+
+    try:
+        entry = get_entry(a.model)
+    except ValueError as e:
+        parser.error(f"argument MODEL: {e}")
+    if a.guide is not None and a.guide not in entry.guides:
+        parser.error(f"argument --guide: {a.model} offers {list(entry.guides)}, not {a.guide!r}")
+    if a.dataset not in DATASETS and not a.dataset.startswith("uci:"):
+        parser.error(f"argument --dataset: unknown dataset {a.dataset!r}; valid: {', '.join(DATASETS)}")
+    if a.split < 0:
+        parser.error(f"argument --split: must be >= 0, got {a.split}")
+    if a.zeta < 0 or a.zeta != a.zeta or a.zeta == float("inf"):
+        parser.error(f"argument --zeta: must be a finite number >= 0, got {a.zeta}")
+    for name in ("steps", "num_samples", "batch_size", "threads", "ensemble", "jobs"):
+        v = getattr(a, name)
+        if v is not None and v <= 0:
+            parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
+    if a.hidden is not None and any(h <= 0 for h in a.hidden):
+        parser.error(f"argument --hidden: widths must be > 0, got {a.hidden}")
+    if a.lr is not None and not a.lr > 0:
+        parser.error(f"argument --lr: must be > 0, got {a.lr}")
+    try:
+        resolve_device(a.device)
+    except ValueError as e:
+        parser.error(f"argument --device: {e}")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+    try:
+        a.options = _parse_options(a.option)
+    except ValueError as e:
+        parser.error(f"argument --option: expected KEY=VALUE, got {e.args[0]!r}")
+    try:
+        a.guide_options = _parse_options(a.guide_option)
+    except ValueError as e:
+        parser.error(f"argument --guide-option: expected KEY=VALUE, got {e.args[0]!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a.command == "list":
+        from zoo.experiments.registry import format_table
+
+        print(format_table())
+        return 0
+    if a.command == "fit":
+        _validate_fit(parser, a)
+        _threads(a.threads)
+        import pyro
+
+        from zoo.data import load_dataset
+        from zoo.experiments.runs import fit_on_dataset, write_run
+
+        try:
+            ds = load_dataset(a.dataset, a.split, data_dir=a.data_dir)
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            parser.error(f"argument --dataset/--split: {e}")
+        from zoo.experiments.registry import build
+
+        try:  # builder options are checked by building once, before anything is fitted or written
+            build(
+                a.model,
+                ds.in_features,
+                ds.out_features,
+                ds.task,
+                hidden=a.hidden,
+                guide=a.guide,
+                guide_options=a.guide_options,
+                **a.options,
+            )
+        except (TypeError, ValueError) as e:
+            parser.error(f"argument --option/--guide-option/--hidden: {e}")
+        pyro.enable_validation(False)
+        fit_kwargs = {
+            "split": a.split,
+            "hidden": a.hidden,
+            "guide": a.guide,
+            "steps": a.steps,
+            "lr": a.lr,
+            "batch_size": a.batch_size,
+            "device": a.device,
+            "num_samples": a.num_samples,
+            "options": a.options,
+            "guide_options": a.guide_options,
+        }
+        if a.ensemble > 1:
+            from zoo.experiments.ensemble import fit_ensemble
+            from zoo.experiments.runs import dumps_json
+            from zoo.infer.checkpoint import atomic_write_bytes
+
+            ens = fit_ensemble(
+                a.model, ds, k=a.ensemble, jobs=a.jobs, zeta=a.zeta, seed=a.seed, out_dir=a.out, **fit_kwargs
+            )
+            atomic_write_bytes(os.path.join(a.out, "metrics.json"), dumps_json(ens.metrics).encode())
+            m = ens.metrics
+            keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
+            print(
+                f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: "
+                + ", ".join(f"{k}={m[k]:.4g}" for k in keys)
+                + f", weights={[round(w, 3) for w in m['weights']]} -> {a.out}"
+            )
+            return 0
+        run = fit_on_dataset(a.model, ds, seed=a.seed, progress=not a.no_progress, **fit_kwargs)
+        paths = write_run(run, a.out)
+        m = run.metrics
+        keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
+        print(
+            f"{m['model']}/{m['guide']} on {m['dataset']} split {m['split']} (n_train={m['n_train']}, "
+            f"n_test={m['n_test']}): "
+            + ", ".join(f"{k}={m[k]:.4g}" for k in keys)
+            + f", elbo={m['elbo']:.6g}, {m['fit_seconds']:.1f}s -> {paths['metrics'].parent}"
+        )
+        return 0
+    if a.command == "reproduce":
+        from zoo.experiments.reproduce import available_protocols, check_protocol_data, run_protocol
+
+        if a.name not in available_protocols():
+            parser.error(
+                f"argument NAME: unknown protocol {a.name!r}; available: {', '.join(available_protocols())}"
+            )
+        try:
+            splits = _parse_splits(a.splits)
+        except ValueError:
+            parser.error(f"argument --splits: expected e.g. 0-9 or 0,3,5, got {a.splits!r}")
+        if a.jobs <= 0:
+            parser.error(f"argument --jobs: must be > 0, got {a.jobs}")
+        if a.steps is not None and a.steps <= 0:
+            parser.error(f"argument --steps: must be > 0, got {a.steps}")
+        if os.path.exists(a.out) and not os.path.isdir(a.out):
+            parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+        try:
+            overrides = _parse_options(a.set)
+        except ValueError as e:
+            parser.error(f"argument --set: expected KEY=VALUE, got {e}")
+        if a.steps:
+            overrides["steps"] = a.steps
+        cmd = "zoo " + " ".join(sys.argv[1:]) if argv is None else "zoo " + " ".join(argv)
+        try:
+            variants = None if a.variants is None else [v for v in a.variants.split(",") if v]
+            check_protocol_data(a.name, splits, variants)
+        except (FileNotFoundError, ValueError) as e:
+            parser.error(f"argument NAME/--splits/--variants: {e}")
+        run_protocol(
+            a.name,
+            a.out,
+            splits=splits,
+            jobs=a.jobs,
+            command=cmd,
+            overrides=overrides or None,
+            merge=a.merge,
+            variants=variants,
+        )
+        return 0
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""The main job: fit a registry model on a named dataset, evaluate it, and write the run folder.
+
+Used by ``zoo fit`` and ``zoo reproduce``.  Protocol conventions:
+
+* inputs standardized with training statistics (the dataset loader does it);
+* regression targets standardized with training statistics *for fitting*; predictions are mapped back
+  and every metric is reported on the original target scale (the UCI protocol of Hernández-Lobato &
+  Adams 2015; paper 000 reports raw-scale RMSE too);
+* regression metrics from the predictive mean/variance: RMSE, Gaussian NLL (``nll``), 95 % coverage,
+  plus the mixture NLL over draws (``nll_mixture``); classification: accuracy, NLL, ECE (10 bins).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyro
+import torch
+
+from zoo.core.validation import check_positive, check_positive_int, resolve_device
+from zoo.data import Dataset, load_dataset
+from zoo.eval import metrics
+from zoo.experiments.registry import build, get_entry
+from zoo.infer.loop import FitResult, fit, make_optimizer, resume
+from zoo.infer.predict import Predictions, predict
+
+__all__ = [
+    "RunOutput",
+    "fit_on_dataset",
+    "evaluate",
+    "ood_metrics",
+    "score_predictions",
+    "train_set_metrics",
+    "write_run",
+]
+
+
+@dataclass
+class RunOutput:
+    result: FitResult
+    dataset: Dataset
+    metrics: dict
+    predictions: Predictions
+    train_predictions: Predictions | None = None
+
+
+def _prepare(dataset: Dataset, device: torch.device, dtype=torch.float32, standardize_y: bool = True):
+    xtr, ytr, xte, yte = dataset.tensors(device=device, dtype=dtype)
+    extra = {}
+    if dataset.task == "regression" and standardize_y:
+        mu = float(np.mean(dataset.y_train)) if dataset.y_mean is None else float(np.mean(dataset.y_mean))
+        sd = float(np.std(dataset.y_train)) if dataset.y_std is None else float(np.mean(dataset.y_std))
+        sd = sd if sd > 0 else 1.0
+        ytr = (ytr - mu) / sd
+        extra = {"y_mean": mu, "y_std": sd}
+    return xtr, ytr, xte, yte, extra
+
+
+def score_predictions(dataset: Dataset, pred: Predictions, y_true) -> dict:
+    """Metrics of a predictive distribution against ``y_true`` (original target scale): regression RMSE,
+    Gaussian NLL, mixture NLL over draws (when the draws are kept), 95 % coverage; classification accuracy,
+    NLL, ECE (10 bins)."""
+    y = y_true.detach().cpu().numpy() if torch.is_tensor(y_true) else np.asarray(y_true)
+    out: dict = {}
+    if dataset.task == "regression":
+        mean, var = pred.mean.cpu().numpy(), pred.var.cpu().numpy()
+        out["rmse"] = metrics.rmse(y, mean)
+        out["nll"] = metrics.gaussian_nll(y, mean, var)
+        if pred.loc is not None and pred.scale is not None:
+            loc = pred.loc.cpu().numpy()
+            out["nll_mixture"] = metrics.mixture_nll(y, loc, pred.scale.cpu().numpy())
+            out["rmse_draws"] = metrics.rmse_draws(y, loc)
+            out["rmse_pointwise"] = metrics.rmse_pointwise(y, loc)
+        out["coverage95"] = metrics.coverage(y, mean, var, level=0.95)
+    else:
+        probs = pred.probs.cpu().numpy()
+        out["accuracy"] = metrics.accuracy(y, probs)
+        out["nll"] = metrics.categorical_nll(y, probs)
+        out["ece"] = metrics.ece(y, probs, n_bins=10)
+    return out
+
+
+def evaluate(
+    result: FitResult, dataset: Dataset, x_test, y_test, num_samples: int = 100, seed: int = 0
+) -> tuple[dict, Predictions]:
+    """Test metrics of a fit (original target scale), see :func:`score_predictions`, plus the guide's
+    sparsity-report density when it has one."""
+    pred = predict(result, x_test, num_samples=num_samples, seed=seed)
+    out = score_predictions(dataset, pred, y_test)
+    sparsity = getattr(result.guide, "sparsity_report", None)
+    if callable(sparsity):
+        with result.activate():
+            out["density"] = float(sparsity(result.model).density)
+    return out, pred
+
+
+def fit_on_dataset(
+    model: str,
+    dataset: str | Dataset,
+    *,
+    split: int = 0,
+    hidden: list[int] | None = None,
+    guide: str | None = None,
+    steps: int | None = None,
+    lr: float | None = None,
+    batch_size: int | None = None,
+    seed: int = 0,
+    device: str | None = None,
+    progress: bool = True,
+    num_samples: int = 100,
+    data_dir: str | os.PathLike | None = None,
+    options: dict | None = None,
+    guide_options: dict | None = None,
+    train_metrics: bool = False,
+    max_seconds: float | None = None,
+    posttrain_steps: int = 0,
+    posttrain_lr: float | None = None,
+    fit_options: dict | None = None,
+) -> RunOutput:
+    """Load ``dataset``, build registry ``model``, fit with the entry's defaults (overridable), evaluate.
+
+    ``max_seconds``: a wall-clock training budget; the fit stops after the first step that ends past it
+    (``steps`` stays the cap) and the row records the steps done (``steps``) and ``epochs``.
+
+    ``posttrain_steps``: after scoring, freeze the guide's structure (``guide.freeze_structure()``: the
+    LBBNN inclusion probabilities, paper 001 Algorithm 1 stage 3), train ``posttrain_steps`` more steps with
+    a fresh optimizer at ``posttrain_lr`` (default: the main learning rate), and add every test and extra
+    metric again as ``post_<metric>`` (the un-post-trained values stay in the row; ``run`` holds the
+    post-trained fit).
+
+    ``fit_options``: extra keyword arguments of the registry entry's ``fit_fn`` (e.g. the LBBNN's
+    ``{"stage_lrs": "short"}``, :func:`guides.lbbnn.meanfield.fit_lbbnn_staged`); an error for entries fitted by
+    :func:`zoo.infer.loop.fit`."""
+    if max_seconds is not None:
+        check_positive("max_seconds", max_seconds)
+    posttrain_steps = check_positive_int("posttrain_steps", posttrain_steps, allow_zero=True)
+    if posttrain_lr is not None:
+        check_positive("posttrain_lr", posttrain_lr)
+    entry = get_entry(model)
+    if fit_options and entry.fit_fn is None:
+        raise ValueError(f"fit_options: model {model!r} has no fit function that takes extra options")
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, split, data_dir=data_dir)
+    dev = resolve_device(device)
+    d = dict(entry.fit_defaults)
+    # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
+    xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=bool(d.get("standardize_y", True)))
+    # the guide's random initialization happens at build time: seed it, so a fit does not depend on what
+    # ran before it in the same process (protocol workers run many fits each)
+    pyro.set_rng_seed(seed)
+    m, g, spec = build(
+        model,
+        ds.in_features,
+        ds.out_features,
+        ds.task,
+        hidden=hidden,
+        guide=guide,
+        guide_options=guide_options,
+        **(options or {}),
+    )
+    bs = batch_size if batch_size is not None else d.get("batch_size")
+    if bs is not None and bs >= ds.n_train:
+        bs = None
+    fitter = entry.fit_fn or fit
+    callbacks = () if max_seconds is None else (_time_budget(float(max_seconds)),)
+    # The training objective: fit_defaults["loss"] (a factory (model, guide) -> pyro ELBO or None), else the
+    # guide's own default_loss() (e.g. LCRT), else Trace_ELBO.
+    loss_factory = d.get("loss")
+    loss = loss_factory(m, g) if callable(loss_factory) else None
+    if loss is None and callable(getattr(g, "default_loss", None)):
+        loss = g.default_loss()
+    result = fitter(
+        m,
+        g,
+        xtr,
+        ytr,
+        steps=steps if steps is not None else int(d.get("steps", 1000)),
+        lr=lr if lr is not None else float(d.get("lr", 1e-2)),
+        optimizer=str(d.get("optimizer", "adam")),
+        loss=loss,
+        batch_size=bs,
+        tol=d.get("tol"),
+        seed=seed,
+        device=dev,
+        progress=progress,
+        config={**extra, "dataset": ds.name, "split": split},
+        spec=spec,
+        **({"callbacks": callbacks} if callbacks else {}),
+        **(fit_options or {}),
+    )
+    scores, pred = evaluate(result, ds, xte, yte, num_samples=num_samples, seed=seed)
+    info = {
+        "model": model,
+        "guide": spec["guide"],
+        "dataset": ds.name,
+        "split": split,
+        "n_train": ds.n_train,
+        "n_test": ds.n_test,
+        "fit_seconds": round(result.wall_time, 3),
+        "elbo": result.final_elbo,
+        "steps": result.steps,
+        "epochs": round(result.steps * (bs or ds.n_train) / ds.n_train, 2),
+        "seed": seed,
+        **scores,
+    }
+    run = RunOutput(result, ds, info, pred)
+    if train_metrics:
+        info.update(train_set_metrics(run, num_samples=num_samples))
+    if entry.extra_metrics is not None:
+        info.update(entry.extra_metrics(run))
+    if posttrain_steps:
+        if not callable(getattr(g, "freeze_structure", None)):
+            raise ValueError(f"posttrain_steps: guide {spec['guide']!r} has no structure to freeze")
+        g.freeze_structure()
+        plr = (
+            posttrain_lr if posttrain_lr is not None else (lr if lr is not None else float(d.get("lr", 1e-2)))
+        )
+        result.optim = make_optimizer(str(d.get("optimizer", "adam")), plr)
+        resume(result, xtr, ytr, posttrain_steps, progress=progress)
+        post, run.predictions = evaluate(result, ds, xte, yte, num_samples=num_samples, seed=seed)
+        if entry.extra_metrics is not None:
+            post.update(entry.extra_metrics(run))
+        info.update({f"post_{k}": v for k, v in post.items()})
+        info["posttrain_steps"] = posttrain_steps
+    return run
+
+
+def _time_budget(seconds: float):
+    """A :func:`zoo.infer.loop.fit` callback that stops the fit once ``seconds`` of wall time have passed."""
+    start = time.perf_counter()
+
+    def callback(step, elbo, result) -> None:
+        if time.perf_counter() - start > seconds:
+            raise StopIteration
+
+    return callback
+
+
+OOD_PARTNER = {"mnist10k": "kmnist10k", "kmnist10k": "mnist10k"}
+
+
+def ood_metrics(run: RunOutput, ood: str | Dataset | None = None, num_samples: int = 100) -> dict:
+    """Out-of-domain predictive entropy (paper 001 §4.2: an MNIST model on KMNIST should be uncertain):
+    mean per-point entropy of the model-averaged probabilities on the in-domain test set (``entropy_in``)
+    and on the test inputs of ``ood`` (``entropy_ood``; default: :data:`OOD_PARTNER` of the run's
+    dataset), plus the mean mutual information (epistemic part) on both when per-draw probabilities are
+    available."""
+    if run.dataset.task == "regression":
+        raise ValueError("run: out-of-domain entropy needs a classification run")
+    if ood is None:
+        if run.dataset.name not in OOD_PARTNER:
+            raise ValueError(f"ood: no default out-of-domain set for {run.dataset.name!r}; pass one")
+        ood = OOD_PARTNER[run.dataset.name]
+    ds_ood = ood if isinstance(ood, Dataset) else load_dataset(ood, int(run.metrics.get("split", 0)))
+    if ds_ood.in_features != run.dataset.in_features:
+        raise ValueError(
+            f"ood: {ds_ood.name} has {ds_ood.in_features} inputs, the model {run.dataset.in_features}"
+        )
+    _, _, xo, _ = ds_ood.tensors(device=run.result.device)
+    pred_o = predict(run.result, xo, num_samples=num_samples, seed=int(run.metrics.get("seed", 0)))
+    out = {
+        "entropy_in": float(metrics.predictive_entropy(run.predictions.probs).mean()),
+        "entropy_ood": float(metrics.predictive_entropy(pred_o.probs).mean()),
+    }
+    if run.predictions.draw_probs is not None and pred_o.draw_probs is not None:
+        out["mi_in"] = float(metrics.mutual_information(run.predictions.draw_probs).mean())
+        out["mi_ood"] = float(metrics.mutual_information(pred_o.draw_probs).mean())
+    return out
+
+
+def train_set_metrics(run: RunOutput, num_samples: int = 100) -> dict:
+    """Training-set metrics (``train_<metric>``) and the under-fitting gap ``nll_gap = nll - train_nll``
+    (paper 002 §9.3), from the same predictive as the test metrics; the training-set predictions are kept in
+    ``run.train_predictions``."""
+    xtr, ytr, _, _ = run.dataset.tensors(device=run.result.device)
+    scores, pred = evaluate(
+        run.result, run.dataset, xtr, ytr, num_samples=num_samples, seed=int(run.metrics["seed"])
+    )
+    run.train_predictions = pred
+    out = {f"train_{k}": v for k, v in scores.items() if k not in ("density", "nll_mixture")}
+    out["nll_gap"] = run.metrics["nll"] - out["train_nll"]
+    return out
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def dumps_json(obj) -> str:
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(w) for k, w in v.items()}
+        if isinstance(v, list):
+            return [clean(w) for w in v]
+        return v
+
+    return json.dumps(clean(obj), indent=2, default=_json_default) + "\n"
+
+
+def write_run(run: RunOutput, out_dir: str | os.PathLike, num_samples: int = 200) -> dict[str, Path]:
+    """Write ``metrics.json``, ``posterior.nc`` (ArviZ) and ``checkpoint.pt`` atomically into ``out_dir``."""
+    from zoo.eval.diagnostics import save_netcdf, to_inference_data
+    from zoo.infer.checkpoint import atomic_write_bytes, save
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _, _, xte, yte = run.dataset.tensors(device=run.result.device)
+    idata = to_inference_data(run.result, xte, yte, num_samples=num_samples)
+    paths = {
+        "metrics": out / "metrics.json",
+        "posterior": out / "posterior.nc",
+        "checkpoint": out / "checkpoint.pt",
+    }
+    save(run.result, paths["checkpoint"])
+    save_netcdf(idata, paths["posterior"])
+    atomic_write_bytes(paths["metrics"], dumps_json(run.metrics).encode())
+    return paths

@@ -1,0 +1,193 @@
+"""The augmented bow-tie BNN of paper 000 (Sheinkman & Wade), as a Pyro model.
+
+Generative model (Eqs. (1)–(4) with the Pólya–Gamma augmentation of §2.3–2.4), hidden layers ``l = 0..L-1``
+(paper layers ``1..L``), output layer ``L`` (paper ``L + 1``), ``a_{-1} := x``::
+
+    z_l      = W_l a_{l-1} + b_l                                      (deterministic)
+    gamma_l  ~ Bern(sigmoid(z_l / T))                                 site fc{l}.gamma  (E2: stochastic ReLU
+    gate)
+    omega_l  ~ PG(1, z_l / T)                                         site fc{l}.omega  (PG augmentation, E8)
+    a_l      ~ N(gamma_l * z_l, diag(eta^2_l))                        site fc{l}.a
+    y        ~ N(W_L a_{L-1} + b_L, sigma2)                           site obs (``sigma2`` = eta^2_{L+1})
+
+with the N-GIG prior :class:`~zoo.families.bowtie.prior.NGIGPrior` on ``(W, b)`` (Eqs. 5–7), ``eta^2_l ~ IG(alpha_0^h,
+beta_0^h)`` (:class:`~zoo.families.bowtie.prior.BowtieNoisePrior`) and ``sigma2 ~ IG(alpha_0, beta_0)``.
+
+**Why ``omega ~ PG(1, z/T)`` and not ``PG(1, 0)``.**  The augmented joint of §2.4 writes, per hidden unit,
+``1/2 exp(kappa z/T) exp(-omega z^2/(2T^2)) PG(omega | 1, 0)`` with ``kappa = gamma - 1/2`` *in place of* the
+Bernoulli factor (note §1.5: do not count it twice).  Using ``PG(omega | 1, c) = cosh(c/2) exp(-c^2 omega/2)
+PG(omega | 1, 0)`` (note §1.5) this equals ``Bern(gamma | sigmoid(z/T)) PG(omega | 1, z/T)`` exactly,
+pointwise —
+so the Pyro model above has the paper's augmented log-joint, ``omega`` is a proper (ignorable) child, and the
+closed-form ELBO of :mod:`guides.bowtie.cavi` can be checked against ``Trace_ELBO`` of this model.
+
+Works with ``Trace_ELBO``, ``Predictive`` (also vectorized particles at dim -2) and minibatch ``subsample``.
+
+Data-dependent default hyperparameters ([code], note §1.7 and §5.3) are resolved from an OLS fit of ``y`` on
+``x`` by :meth:`BowtieModel.resolve_data_priors` (the guide calls it before initializing) when they are left
+as
+``None``: ``s_0 = sqrt(|intercept|)``, ``beta_0 = min(Var(residuals)/4, 30)``,
+``delta_glob = min(sqrt(max_j |beta_j|), 10)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyro
+import pyro.distributions as dist
+import torch
+from torch import Tensor
+
+from zoo.core.architectures import MLP, align_particles
+from zoo.core.likelihoods import GaussianLikelihood
+from zoo.core.model import BayesianModel
+from zoo.core.validation import check_positive
+from zoo.distributions import PolyaGamma, log_cosh, polya_gamma_mean
+from zoo.families.bowtie.prior import BowtieNoisePrior, GaussianBowtiePrior, NGIGPrior
+
+__all__ = ["BowtieModel", "PolyaGamma1", "log_cosh_half", "pg_mean"]
+
+
+def log_cosh_half(a: Tensor) -> Tensor:
+    """``log cosh(a/2)``, overflow-free (note §5.3); the shared :func:`zoo.distributions.log_cosh`."""
+    return log_cosh(0.5 * a)
+
+
+def pg_mean(c: Tensor) -> Tensor:
+    """``E[omega]`` under ``PG(1, c)`` (Eq. 9): the shared :func:`zoo.distributions.polya_gamma_mean`."""
+    return polya_gamma_mean(torch.ones_like(c), c)
+
+
+def PolyaGamma1(c: Tensor) -> PolyaGamma:
+    """``PG(1, c)`` (§2.3): the shared :class:`zoo.distributions.PolyaGamma` with ``b = 1``."""
+    return PolyaGamma(torch.ones_like(c), c)
+
+
+class BowtieModel(BayesianModel):
+    """Augmented bow-tie regression BNN of paper 000 (module docstring).
+
+    Args:
+        in_features, hidden, out_features: architecture (any depth ``L = len(hidden) >= 1`` and widths).
+        temperature: ``T`` of the gate ``Bern(sigmoid(z/T))`` (§1.2); default 0.1 ([code] ``ModelConfig``).
+        prior: :class:`NGIGPrior` (default: IG Student-t(3) global and local scales, D.1 scaling), or
+            :class:`~zoo.families.bowtie.prior.GaussianBowtiePrior` (the GVBNN ablation).
+        hidden_noise: :class:`BowtieNoisePrior` (``alpha_0^h = 2``, ``beta_0^h = 1e-4``).
+        noise_concentration, noise_rate: ``alpha_0``, ``beta_0`` of the output noise ``IG``;
+        ``noise_rate=None``
+            resolves ``beta_0`` from the data (module docstring).
+        auto_bias_scale, auto_delta_glob: resolve ``s_0`` / ``delta_glob`` from an OLS fit (the [code]
+        defaults).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden: Sequence[int],
+        out_features: int = 1,
+        *,
+        temperature: float = 0.1,
+        prior: NGIGPrior | GaussianBowtiePrior | None = None,
+        hidden_noise: BowtieNoisePrior | None = None,
+        noise_concentration: float = 2.0,
+        noise_rate: float | None = None,
+        auto_bias_scale: bool = False,
+        auto_delta_glob: bool = False,
+    ) -> None:
+        hidden = tuple(int(h) for h in hidden)
+        if len(hidden) == 0:
+            raise ValueError("hidden: the bow-tie network needs at least one hidden layer")
+        prior = NGIGPrior() if prior is None else prior
+        if not isinstance(prior, (NGIGPrior, GaussianBowtiePrior)):
+            raise TypeError(f"prior must be an NGIGPrior or GaussianBowtiePrior, got {type(prior).__name__}")
+        lik = GaussianLikelihood(
+            "inverse_gamma",
+            noise_concentration,
+            1.0 if noise_rate is None else noise_rate,
+            out_features=out_features,
+        )
+        super().__init__(MLP(in_features, hidden, out_features), prior, lik)
+        self.hidden_noise = BowtieNoisePrior() if hidden_noise is None else hidden_noise
+        if not isinstance(self.hidden_noise, BowtieNoisePrior):
+            raise TypeError(
+                f"hidden_noise must be a BowtieNoisePrior, got {type(self.hidden_noise).__name__}"
+            )
+        self.register_buffer("temperature", torch.tensor(check_positive("temperature", temperature)))
+        self.auto = {
+            "noise_rate": noise_rate is None,
+            "bias_scale": bool(auto_bias_scale),
+            "delta_glob": bool(auto_delta_glob),
+        }
+        self.register_buffer("priors_resolved", torch.tensor(not any(self.auto.values())))
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """``(D_0, D_1, ..., D_L, D_{L+1})``."""
+        return self.architecture.widths
+
+    @property
+    def num_hidden(self) -> int:
+        return len(self.architecture.hidden)
+
+    def config(self) -> dict:
+        return {
+            "temperature": float(self.temperature),
+            "prior": self.prior.config(),
+            "hidden_noise": self.hidden_noise.config(),
+            "likelihood": self.likelihood.config(),
+            "auto": dict(self.auto),
+        }
+
+    # ------------------------------------------------------------------ data-dependent defaults
+    @torch.no_grad()
+    def resolve_data_priors(self, x: Tensor, y: Tensor) -> dict:
+        """Set the ``None``/auto hyperparameters from an OLS fit of ``y`` on ``x`` ([code] defaults, note
+        §1.7).
+
+        Idempotent: runs once (flag buffer ``priors_resolved``, saved in ``state_dict``).  Returns the values.
+        """
+        if bool(self.priors_resolved):
+            return {}
+        xd = torch.cat([torch.ones_like(x[:, :1]), x], 1).double()
+        yd = (y if y.dim() == 2 else y.unsqueeze(-1)).double()
+        coef = torch.linalg.lstsq(xd, yd).solution
+        resid = yd - xd @ coef
+        out = {}
+        if self.auto["noise_rate"]:
+            out["noise_rate"] = float(min(resid.var(0, unbiased=False).mean() / 4.0, 30.0))
+            self.likelihood.rate.fill_(max(out["noise_rate"], 1e-8))
+        if self.auto["bias_scale"]:
+            out["bias_scale"] = float(max(coef[0].abs().mean().sqrt(), 1e-3))
+            self.prior.bias_scale.fill_(out["bias_scale"])
+        if self.auto["delta_glob"]:
+            out["delta_glob"] = float(min(max(coef[1:].abs().max().sqrt(), 1e-3), 10.0))
+            self.prior.delta_glob.fill_(out["delta_glob"])
+        self.priors_resolved.fill_(True)
+        return out
+
+    # ------------------------------------------------------------------ the Pyro model
+    def forward(self, x: Tensor, y: Tensor | None = None, subsample: Tensor | None = None) -> Tensor:
+        params = self.prior.sample_params(self._specs)
+        eta2 = self.hidden_noise.sample(self.architecture.hidden)
+        latents = self.likelihood.sample_latents()
+        arch = self.architecture
+        temp = self.temperature
+        with pyro.plate("data", x.shape[0], subsample=subsample) as idx:
+            h = x if subsample is None else x.index_select(0, idx)
+            yb = y if (y is None or subsample is None) else y.index_select(0, idx)
+            for k in range(self.num_hidden):
+                w = align_particles(params[f"fc{k}.weight"], 2)
+                b = align_particles(params[f"fc{k}.bias"], 1)
+                z = arch.linear(h, w, b, k)
+                gamma = pyro.sample(f"fc{k}.gamma", dist.Bernoulli(logits=z / temp).to_event(1))
+                pyro.sample(f"fc{k}.omega", PolyaGamma1(z / temp).to_event(1))
+                scale = align_particles(eta2[k], 1).unsqueeze(-2).sqrt()
+                h = pyro.sample(f"fc{k}.a", dist.Normal(gamma * z, scale).to_event(1))
+            k = self.num_hidden
+            f = arch.linear(
+                h, align_particles(params[f"fc{k}.weight"], 2), align_particles(params[f"fc{k}.bias"], 1), k
+            )
+            pyro.deterministic("f", f, event_dim=1)
+            self.likelihood.observe(f, yb, latents)
+        return f

@@ -1,0 +1,272 @@
+"""Posterior predictive summaries, chunked over posterior draws and over data rows.
+
+Draws are taken from the guide once per *sample chunk* (vectorized under a particle plate at dim -2,
+the model's ``max_plate_nesting`` being 1) and the model is *replayed* on each data chunk with those
+same draws, so draw ``s`` uses the same weights for every data point (needed for joint samples and the
+pointwise log-likelihood matrix) while memory stays ``O(sample_chunk x data_chunk)``.  A 10k x 784 test
+set with 100 draws therefore never materializes more than one chunk of activations.
+
+A guide with its own predictive (e.g. test-time local updates) can define
+``predictive(model, x, num_samples=..., ...)`` returning :class:`Predictions`; :func:`predict` defers
+to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyro
+import torch
+from pyro import poutine
+from torch import Tensor
+
+from zoo.core.validation import check_positive_int, check_same_device, check_tensor
+
+__all__ = ["Predictions", "predict", "iter_draws", "log_likelihood", "posterior_samples"]
+
+
+@dataclass
+class Predictions:
+    """Posterior predictive summary.
+
+    Regression: ``mean`` and ``var`` of ``y`` (shape ``(N,)`` or ``(N, k)``; noise included), per-draw
+    ``loc``/``scale`` ``(S, N)`` when ``keep_draws``, and joint ``samples`` ``(S, N)`` of ``y``.
+    Classification: ``probs`` ``(N, K)`` (model-averaged), per-draw ``draw_probs`` ``(S, N, K)``.
+    All on the original target scale when the fit recorded a target standardization.
+    """
+
+    task: str
+    mean: Tensor | None = None
+    var: Tensor | None = None
+    probs: Tensor | None = None
+    loc: Tensor | None = None
+    scale: Tensor | None = None
+    draw_probs: Tensor | None = None
+    samples: Tensor | None = None
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def std(self) -> Tensor:
+        return self.var.sqrt()
+
+
+def _chunks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+def _guide_trace(guide, c: int, x: Tensor, seed: int | None = None):
+    """Vectorized guide draws; with ``seed`` they depend only on it, not on the global RNG's history."""
+    ctx = (
+        contextlib.nullcontext()
+        if seed is None
+        else torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else [])
+    )
+    with ctx:
+        if seed is not None:
+            torch.manual_seed(seed)
+        with pyro.plate("_num_draws", c, dim=-2):
+            return poutine.trace(guide).get_trace(x, None)
+
+
+def iter_draws(result, x: Tensor, num_samples: int, sample_chunk: int = 50, data_chunk: int = 4096):
+    """Yield ``(draw_slice, row_slice, f, latents, guide_trace)`` over chunks of draws and rows.
+
+    ``f`` has shape ``(c, n, out)``; ``latents`` is the likelihood's dict (e.g. ``sigma2`` ``(c, 1)``).
+    """
+    model, guide = result.model, result.guide
+    # One seed per draw chunk, fixed up front: the draws do not depend on how the rows are chunked.
+    chunk_seeds = torch.randint(0, 2**62, (len(range(0, num_samples, sample_chunk)),)).tolist()
+    with torch.no_grad(), result.activate():
+        for s, chunk_seed in zip(_chunks(num_samples, sample_chunk), chunk_seeds):
+            c = s.stop - s.start
+            gtr = _guide_trace(guide, c, x[: min(len(x), 2)], chunk_seed)
+            for r in _chunks(x.shape[0], data_chunk):
+                with pyro.plate("_num_draws", c, dim=-2):
+                    mtr = poutine.trace(poutine.replay(model, trace=gtr)).get_trace(x[r], None)
+                f = mtr.nodes["f"]["value"]
+                if f.dim() == 2:  # a guide/model without particle broadcasting: add the draw dim
+                    f = f.expand(c, *f.shape)
+                latents = model.likelihood.latents_from_trace(mtr)
+                yield s, r, f, latents, gtr
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None):
+    if seed is None:
+        yield
+        return
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        pyro.set_rng_seed(seed)
+        yield
+
+
+def _check_x(result, x: Tensor) -> None:
+    if isinstance(x, Tensor):
+        check_same_device(result.device, x=x)
+    check_tensor("x", x, ndim=2, dtype_kind="float")
+    arch = result.model.architecture
+    if x.shape[1] != arch.in_features:
+        raise ValueError(f"x has {x.shape[1]} features but the model expects {arch.in_features}")
+    check_same_device(result.device, x=x)
+
+
+def _target_scale(result) -> tuple[float, float]:
+    return float(result.config.get("y_mean", 0.0)), float(result.config.get("y_std", 1.0))
+
+
+def _rescaled(p: Predictions, mu: float, sd: float) -> Predictions:
+    """Map a regression :class:`Predictions` from the standardized to the original target scale."""
+    if p.task != "regression" or (mu == 0.0 and sd == 1.0):
+        return p
+    shift = {k: getattr(p, k) * sd + mu for k in ("mean", "loc", "samples") if getattr(p, k) is not None}
+    scale = {k: getattr(p, k) * sd for k in ("scale",) if getattr(p, k) is not None}
+    var = {"var": p.var * sd**2} if p.var is not None else {}
+    return dataclasses.replace(p, **shift, **scale, **var)
+
+
+def predict(
+    result,
+    x: Tensor,
+    *,
+    num_samples: int = 100,
+    sample_chunk: int = 50,
+    data_chunk: int = 4096,
+    keep_draws: bool = True,
+    return_samples: bool = False,
+    seed: int | None = None,
+    **predictive_kwargs,
+) -> Predictions:
+    """Posterior predictive of a fit at inputs ``x`` (on the fit's device).
+
+    Regression: mean, variance (law of total variance over draws: ``E[sigma^2] + Var[f]``), per-draw
+    locations/scales and optional joint samples.  Classification: model-averaged class probabilities.
+    ``predictive_kwargs`` (e.g. ``mode="mpm"``) go to a guide's own ``predictive`` method; results of
+    such a method are mapped to the original target scale here, like the generic path's.
+    """
+    _check_x(result, x)
+    num_samples = check_positive_int("num_samples", num_samples)
+    sample_chunk = check_positive_int("sample_chunk", sample_chunk)
+    data_chunk = check_positive_int("data_chunk", data_chunk)
+    guide = result.guide
+    mu, sd = _target_scale(result)
+    if hasattr(guide, "predictive"):
+        with _seeded(seed), result.activate():
+            out = guide.predictive(result.model, x, num_samples=num_samples, **predictive_kwargs)
+        return _rescaled(out, mu, sd)
+    if predictive_kwargs:
+        raise TypeError(f"predict() got unexpected arguments {sorted(predictive_kwargs)} for this guide")
+    lik = result.model.likelihood
+    task = lik.task
+    n = x.shape[0]
+    with _seeded(seed):
+        if task == "regression":
+            out_shape = (n,) if lik.out_features == 1 else (n, lik.out_features)
+            s1 = torch.zeros(out_shape, dtype=x.dtype, device=x.device)
+            s2 = torch.zeros_like(s1)
+            locs = (
+                torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device) if keep_draws else None
+            )
+            scales = torch.empty_like(locs) if keep_draws else None
+            samples = (
+                torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device)
+                if return_samples
+                else None
+            )
+            for s, r, f, latents, _ in iter_draws(result, x, num_samples, sample_chunk, data_chunk):
+                loc, var = lik.predictive_moments(f, latents)
+                loc = loc * sd + mu
+                var = var * sd**2
+                s1[r] += loc.sum(0)
+                s2[r] += (var + loc**2).sum(0)
+                if keep_draws:
+                    locs[s, r] = loc
+                    scales[s, r] = var.sqrt()
+                if return_samples:
+                    samples[s, r] = loc + var.sqrt() * torch.randn_like(loc)
+            mean = s1 / num_samples
+            var = (s2 / num_samples - mean**2).clamp_min(0)
+            return Predictions(task, mean=mean, var=var, loc=locs, scale=scales, samples=samples)
+        k = 2 if task == "binary" else lik.out_features
+        acc = torch.zeros((n, k), dtype=x.dtype, device=x.device)
+        draws = torch.empty((num_samples, n, k), dtype=x.dtype, device=x.device) if keep_draws else None
+        samples = torch.empty((num_samples, n), dtype=torch.long, device=x.device) if return_samples else None
+        for s, r, f, _, _ in iter_draws(result, x, num_samples, sample_chunk, data_chunk):
+            p = lik.probs(f)
+            acc[r] += p.sum(0)
+            if keep_draws:
+                draws[s, r] = p
+            if return_samples:
+                samples[s, r] = torch.distributions.Categorical(probs=p).sample()
+        return Predictions(task, probs=acc / num_samples, draw_probs=draws, samples=samples)
+
+
+def log_likelihood(
+    result,
+    x: Tensor,
+    y: Tensor,
+    *,
+    num_samples: int = 100,
+    sample_chunk: int = 50,
+    data_chunk: int = 4096,
+    seed: int | None = None,
+) -> Tensor:
+    """Pointwise ``log p(y_n | θ_s)`` of shape ``(S, N)`` (original target scale for regression)."""
+    _check_x(result, x)
+    check_tensor("y", y, ndim=(1, 2))
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"y has {y.shape[0]} rows but x has {x.shape[0]}")
+    check_same_device(result.device, y=y)
+    lik = result.model.likelihood
+    mu, sd = _target_scale(result)
+    out = torch.empty((num_samples, x.shape[0]), dtype=x.dtype, device=x.device)
+    with _seeded(seed):
+        for s, r, f, latents, _ in iter_draws(result, x, num_samples, sample_chunk, data_chunk):
+            if lik.task == "regression":
+                yr = (y[r] - mu) / sd
+                ll = lik.log_likelihood(f, yr, latents) - lik.out_features * math.log(sd)
+            else:
+                ll = lik.log_likelihood(f, y[r], latents)
+            out[s, r] = ll
+    return out
+
+
+def posterior_samples(
+    result,
+    num_samples: int = 100,
+    *,
+    sample_chunk: int = 100,
+    seed: int | None = None,
+    x: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Draws of every latent site of the guide: ``{site: (S, *site_shape)}`` (particle dims squeezed)."""
+    num_samples = check_positive_int("num_samples", num_samples)
+    xs = x if x is not None else torch.zeros(1, result.model.architecture.in_features, device=result.device)
+    out: dict[str, list[Tensor]] = {}
+    with _seeded(seed), torch.no_grad(), result.activate():
+        for s in _chunks(num_samples, sample_chunk):
+            c = s.stop - s.start
+            gtr = _guide_trace(result.guide, c, xs)
+            for name, site in gtr.nodes.items():
+                if (
+                    site["type"] != "sample"
+                    or site["is_observed"]
+                    or name.startswith("_")
+                    or site["infer"].get("is_auxiliary")
+                    or type(site["fn"]).__name__ == "_Subsample"  # a plate's subsample indices
+                ):
+                    continue
+                v = site["value"]
+                event_dim = site["fn"].event_dim
+                v = (
+                    v.reshape(c, *v.shape[v.dim() - event_dim :])
+                    if v.dim() > event_dim
+                    else v.expand(c, *v.shape)
+                )
+                out.setdefault(name, []).append(v)
+    return {k: torch.cat(v, 0) for k, v in out.items()}
