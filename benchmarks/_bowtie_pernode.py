@@ -1,14 +1,15 @@
-"""Per-node numpy references of one bow-tie CAVI sweep (paper 000 Algorithm 1, App. A; note §2.2–2.4).
+"""Per-node numpy references of one bow-tie CAVI sweep (Sheinkman & Wade 2025, arXiv 2411.11132, App. A).
 
-Written from the note's equations, in the style the issue attributes to the authors' numpy implementation
-(Python loops over layers and over the hidden/output **nodes** of each layer); *not* a copy of any reference
-code.  Two variants, chosen by ``loop_points``:
+Written from the paper's update equations (Algorithm 1), in the style the issue attributes to the authors'
+numpy implementation (Python loops over layers and over the hidden/output **nodes** of each layer); *not* a
+copy of any reference code.  Two variants, chosen by ``loop_points``:
 
 * ``False`` ("per-node"): every per-node quantity is vectorized over the data points with numpy;
 * ``True`` ("per-node x per-point"): the sums over data points and the per-datapoint activation solves are
   Python loops too, with small numpy operations inside (the authors' repository loops this way).
 
-Both cover the *whole* sweep of :meth:`guides.bowtie.cavi.BowtieCAVIGuide.sweep` (IG priors, ``lam = 0``; no EM):
+Both cover the *whole* sweep of :meth:`guides.bowtie.cavi.BowtieCAVIGuide.sweep` (IG priors, ``lam = 0``;
+no EM):
 
 * ``tau``   (E13) per layer, ``psi`` (E14) per node row;
 * ``eta``   (E15) per hidden node with the exact expected squares, output noise shared by the outputs;
@@ -19,9 +20,9 @@ Both cover the *whole* sweep of :meth:`guides.bowtie.cavi.BowtieCAVIGuide.sweep`
   precision, then ``rho{k}`` (E18) per node with the new row;
 * the output rows (E16) per output node.
 
-The moments ``E[a~]``, ``E[a~ a~^T]`` and ``E[a_{l,d} a~_{l-1}]`` come from the forward recursion of note
-§2.2, recomputed at the start of the sweep and after ``q(a)`` as in Algorithm 1.  State and result are plain
-dicts of float64 arrays with the guide's buffer names.
+The moments ``E[a~]``, ``E[a~ a~^T]`` and ``E[a_{l,d} a~_{l-1}]`` come from the forward recursion over
+``q(a)`` (App. A), recomputed at the start of the sweep and after ``q(a)`` as in Algorithm 1.  State and
+result are plain dicts of float64 arrays with the guide's buffer names.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def state_from_guide(guide) -> dict[str, np.ndarray]:
 
 
 def hyper_from_model(model) -> dict:
-    """Hyperparameters of :class:`zoo.families.bowtie.model.BowtieModel` as floats (after ``resolve_data_priors``), with
-    the App. D.1 architecture scaling applied through the prior's own ``glob_params``/``loc_params``."""
+    """Hyperparameters of :class:`zoo.families.bowtie.model.BowtieModel` as floats (after
+    ``resolve_data_priors``), with the App. D.1 architecture scaling applied through the prior's own
+    ``glob_params``/``loc_params``."""
     if not hasattr(model.prior, "glob_params"):
         raise ValueError("the per-node reference covers the N-GIG shrinkage prior (IG case) only")
     w = tuple(model.widths)
@@ -93,7 +95,7 @@ def _sigmoid(v: np.ndarray) -> np.ndarray:
 
 
 def _augmented(mu: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``E[a~]`` and ``E[a~ a~^T]`` for ``a~ = (1, a)`` (note §2.2); leading data dims allowed."""
+    """``E[a~]`` and ``E[a~ a~^T]`` for ``a~ = (1, a)`` (App. A); leading data dims allowed."""
     lead = mu.shape[:-1]
     d = mu.shape[-1]
     amean = np.concatenate([np.ones((*lead, 1)), mu], -1)
@@ -156,7 +158,7 @@ def reference_sweep(
         times[name] = now - clock[0]
         clock[0] = now
 
-    def ew2_row(k: int, d: int) -> np.ndarray:  # E[W^2_{l,d,:}] (note §2.2)
+    def ew2_row(k: int, d: int) -> np.ndarray:  # E[W^2_{l,d,:}]
         return st[f"m{k}"][d, 1:] ** 2 + np.diag(st[f"B{k}"][d])[1:]
 
     def eww_row(k: int, d: int) -> np.ndarray:  # E[W~^T W~] of row d
@@ -192,7 +194,7 @@ def reference_sweep(
         for d in range(w[k + 1]):
             st[f"dpsi{k}"][d] = np.sqrt(it * ew2_row(k, d) + hp["delta_loc"][k] ** 2)
     tick("psi")
-    # ---- q(eta^2) (E15), exact expected squares (note §2.3), per hidden node
+    # ---- q(eta^2) (E15), exact expected squares, per hidden node
     ameans, aas, crosses, seconds = _forward(x, st, nh, loop_points)
     for k in range(nh):
         beta = np.empty(w[k + 1])

@@ -1,15 +1,15 @@
-"""Speed of the horseshoe guides (paper 004 §4.2.3, §6.5 Fig. 13): seconds per epoch for each guide and
-each ELBO estimator, and the cost of the closed-form auxiliary step (Algorithm 1, lines 6-9) as a
-fraction of the epoch.
+"""Speed of the horseshoe guides (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388, §4.2.3, §6.5 Fig. 13):
+seconds per epoch for each guide and each ELBO estimator, and the cost of the closed-form auxiliary step
+(Algorithm 1, lines 6-9) as a fraction of the epoch.
 
 Configurations: boston (``uci:boston`` split 0) with one hidden layer of 50 units, and mnist10k with a
-784-400-400-10 network; batch 128 (note §2.7).  Each (guide, estimator) runs ``warmup`` untimed steps,
+784-400-400-10 network; batch 128 (§6.5).  Each (guide, estimator) runs ``warmup`` untimed steps,
 then ``steps`` timed steps; the gradient step (``SVI.step``) and the closed-form step
 (``closed_form_update``) are timed separately and scaled to one epoch (``n_train // 128`` steps).
 
 Usage::
 
-    ZOO_DATA_DIR=/work/shared/data python benchmarks/hs_speed.py [--quick] [--out results.json]
+    ZOO_DATA_DIR=<data dir> python benchmarks/hs_speed.py [--quick] [--out results.json]
 """
 
 from __future__ import annotations
@@ -34,10 +34,8 @@ CONFIGS = {"boston": ("uci:boston", [50]), "mnist10k": ("mnist10k", [400, 400])}
 BATCH = 128
 
 
-def time_one(dataset, hidden, guide_name: str, estimator: str, steps: int, warmup: int, device) -> dict:
-    xtr, ytr, _, _ = dataset.tensors(device=device)
-    if dataset.task == "regression":
-        ytr = (ytr - ytr.mean()) / ytr.std()
+def _setup(dataset, hidden, guide_name: str, estimator: str, device) -> tuple[SVI, object, object]:
+    """A fresh ``hs-bnn`` model and guide (seed 0) and the SVI object of ``estimator``."""
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
     model, guide, _ = build(
@@ -46,7 +44,14 @@ def time_one(dataset, hidden, guide_name: str, estimator: str, steps: int, warmu
     model.to(device)
     guide.to(device)
     loss = HorseshoeLRTELBO() if estimator == "lrt" else Trace_ELBO()
-    svi = SVI(model, guide, pyro.optim.Adam({"lr": 5e-3}), loss)
+    return SVI(model, guide, pyro.optim.Adam({"lr": 5e-3}), loss), model, guide
+
+
+def time_one(dataset, hidden, guide_name: str, estimator: str, steps: int, warmup: int, device) -> dict:
+    xtr, ytr, _, _ = dataset.tensors(device=device)
+    if dataset.task == "regression":
+        ytr = (ytr - ytr.mean()) / ytr.std()
+    svi, model, guide = _setup(dataset, hidden, guide_name, estimator, device)
     n = xtr.shape[0]
     gen = torch.Generator().manual_seed(0)
     t_grad = t_aux = 0.0
@@ -65,8 +70,11 @@ def time_one(dataset, hidden, guide_name: str, estimator: str, steps: int, warmu
         if i >= warmup:
             t_grad += t1 - t0
             t_aux += t2 - t1
-    per_epoch = n // BATCH
-    grad_epoch, aux_epoch = t_grad / steps * per_epoch, t_aux / steps * per_epoch
+    return _row(guide_name, estimator, n // BATCH, t_grad / steps, t_aux / steps)
+
+
+def _row(guide_name: str, estimator: str, per_epoch: int, grad_step: float, aux_step: float) -> dict:
+    grad_epoch, aux_epoch = grad_step * per_epoch, aux_step * per_epoch
     return {
         "guide": guide_name,
         "estimator": estimator,

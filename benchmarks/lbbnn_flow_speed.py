@@ -1,18 +1,19 @@
-"""Seconds per epoch of LBBNN-LCRT and LBBNN-FLOW on mnist10k (paper 003 §4.3, note §4.3 "cost per epoch"),
-against the mean-field LBBNN of paper 001 and a hand-written plain-PyTorch LCRT loop.
+"""Seconds per epoch of LBBNN-LCRT and LBBNN-FLOW on mnist10k (Skaaret-Lund, Storvik & Hubin 2023,
+arXiv:2305.03395, §5.3), against the mean-field LBBNN of Hubin & Storvik (2019, arXiv:1903.07594) and a
+hand-written plain-PyTorch LCRT loop.
 
 All fit the same model (784-400-600-10 ReLU, spike-and-slab prior ψ = 0.1, σ² = 1, N(0, 1) biases) at batch
 100 with one Adam optimizer and one MC sample per step:
 
-* ``plain LCRT``: written here from note §2.4 (two matmuls per layer, analytic KL), no Pyro;
+* ``plain LCRT``: written here from the paper's §4 (two matmuls per layer, analytic KL), no Pyro;
 * ``zoo LCRT``: :class:`guides.lbbnn.lcrt.LCRTLBBNNGuide` with :class:`guides.lbbnn.lcrt.LCRT_ELBO`;
-* ``zoo FLOW``: :class:`guides.flows.zflow.LBBNNFlowGuide` (K = 2 IAF steps for q(z) and r, MADE 2 × 50,
+* ``zoo FLOW``: :class:`guides.flows.lbbnn.LBBNNFlowGuide` (K = 2 IAF steps for q(z) and r, MADE 2 × 50,
   the guide's default) with ``LCRT_ELBO``;
 * ``zoo MF``: :class:`guides.lbbnn.meanfield.MeanFieldLBBNNGuide` (weight-space sampling, ``Trace_ELBO``).
 
 ``python benchmarks/lbbnn_flow_speed.py [--quick]`` (``--quick``: 10 timed steps per method instead of an
 epoch of 80); the data root is ``$ZOO_DATA_DIR`` or ``--data-dir``.  The paper's A10 GPU numbers
-(note §4.3): LCRT ≈ 4 s, LBBNN ≈ 13 s, FLOW ≈ 17 s per 60k-image epoch.
+(§5.3): LCRT ≈ 4 s, LBBNN ≈ 13 s, FLOW ≈ 17 s per 60k-image epoch.
 """
 
 from __future__ import annotations

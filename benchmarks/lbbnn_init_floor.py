@@ -1,12 +1,13 @@
 """How much of a published LBBNN density is set by the inclusion-logit initialization?
 
-Paper 003's reference code initializes the inclusion logits λ ~ U(−15, 10) on MNIST (note 003 §2.5 [C];
-about 40 % of weights start with α̃ > 0.5) and trains with Adam at lr 1e-4 for 125 epochs, then 1e-5 for
-125 (600 steps per epoch on the full 60k set).  An Adam step moves a parameter by about ``lr`` at most
-(|m̂ / √v̂| ≤ 1 for a gradient of steady sign), so a logit can travel at most
+The reference code of Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395) initializes the inclusion
+logits λ ~ U(−15, 10) on MNIST (about 40 % of weights start with α̃ > 0.5) and trains with Adam at lr 1e-4
+for 125 epochs, then 1e-5 for 125 (600 steps per epoch on the full 60k set).  An Adam step moves a
+parameter by about ``lr`` at most (|m̂ / √v̂| ≤ 1 for a gradient of steady sign), so a logit can travel at
+most
 D = Σ_t lr_t = 75 000 · 1e-4 + 75 000 · 1e-5 = 8.25 over the schedule, and every weight that starts
 with λ > D is still in the median-probability model (α̃ > 0.5) at the end: a density floor of
-P(λ₀ > D) = (10 − 8.25) / 25 = 0.07.  The paper's FC densities (note 003 Table 2: 0.074–0.136) all sit
+P(λ₀ > D) = (10 − 8.25) / 25 = 0.07.  The paper's FC densities (its Table 2: 0.074–0.136) all sit
 at or above it.
 
 This script measures that mechanism on mnist10k: the mean-field LBBNN (784-400-600-10, fixed ψ = 0.1,
@@ -31,7 +32,7 @@ from zoo.experiments.runs import _prepare
 from zoo.infer.checkpoint import atomic_write_bytes
 from zoo.infer.loop import fit
 
-#: the reference code's MNIST-FC logit initialization range (note 003 §2.5 [C])
+#: the reference code's MNIST-FC logit initialization range (arXiv:2305.03395)
 LAMBDA_RANGE = (-15.0, 10.0)
 
 

@@ -1,8 +1,9 @@
 """Seconds per epoch of the mean-field LBBNN on mnist10k: the zoo (Pyro) versus a plain-PyTorch loop.
 
 Both train the same model (784-400-600-10 ReLU, spike-and-slab prior with ψ = 0.1, σ² = 1, N(0, 1) biases;
-note 001 §4.2) with the same variational family (Eqs. 4.5-4.7: straight-through binary Concrete at δ = 0.5,
-closed-form KL of note §2.6), batch size 100, one Adam optimizer, one MC sample per step (Algorithm 1, M = 1).
+Hubin & Storvik 2019, arXiv:1903.07594, §5) with the same variational family (Eqs. 4.5-4.7:
+straight-through binary Concrete at δ = 0.5, closed-form KL), batch size 100, one Adam optimizer, one MC
+sample per step (Algorithm 1, M = 1).
 The plain loop is written here from the equations.  Run ``python benchmarks/lbbnn_speed.py [--quick]``;
 the data root is ``$ZOO_DATA_DIR`` (or ``--data-dir``).  Target: zoo / plain ≤ 1.3.
 """
@@ -17,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from pyro.infer import Trace_ELBO
 
-from guides.lbbnn.meanfield import ClosedFormKL_ELBO, MeanFieldLBBNNGuide
+from guides.lbbnn.elbo import ClosedFormKL_ELBO
+from guides.lbbnn.meanfield import MeanFieldLBBNNGuide
 from zoo.data import load_dataset
 from zoo.experiments.registry import build
 from zoo.infer.loop import fit

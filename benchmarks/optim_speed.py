@@ -1,5 +1,6 @@
-"""Per-step cost of Pyro's per-parameter Adam (``pyro.optim.Adam``: one torch optimizer per tensor) versus the
-zoo's :class:`zoo.infer.optim.FusedPyroOptim` (one multi-tensor Adam), measured in the same run on the same fits.
+"""Per-step cost of Pyro's per-parameter Adam (``pyro.optim.Adam``: one torch optimizer per tensor) versus
+the zoo's :class:`zoo.infer.optim.FusedPyroOptim` (one multi-tensor Adam), measured in the same run on the
+same fits.
 
 Configurations (guides with many parameter tensors): the one-neuron LBBNN-FLOW of ``lbbnn-flow-selection``
 (logistic-sim, MADE 2 x 100, batch 400, ~34 tensors), the horseshoe structured guide on boston 1 x 50
@@ -7,7 +8,7 @@ Configurations (guides with many parameter tensors): the one-neuron LBBNN-FLOW o
 runs ``warm`` untimed steps, then ``steps`` timed steps with each optimizer from the same seed; both give
 the same trajectory (tested in ``tests/test_inference.py``).
 
-Usage: ``ZOO_DATA_DIR=../shared/data python benchmarks/optim_speed.py [--steps 300]``
+Usage: ``ZOO_DATA_DIR=<data root> python benchmarks/optim_speed.py [--steps 300]``
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import torch
 import zoo.families.lbbnn.flows  # noqa: F401  (registers the flow guides)
 from zoo.data import load_dataset
 from zoo.experiments.registry import build
-from zoo.infer.loop import fit, make_optimizer, resume
+from zoo.infer.loop import fit, resume
+from zoo.infer.optim import make_optimizer
 
 CONFIGS = {
     "lbbnn-flow 1-neuron (logistic-sim)": (

@@ -1,4 +1,5 @@
-"""Figures for ``zoo reproduce hs-toys`` (paper 004 §6.2.1 Fig. 6/15 and §6.2.2 Fig. 7).
+"""Figures for ``zoo reproduce hs-toys`` (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388, §6.2.1 Figs. 6
+and 15, §6.2.2 Fig. 7).
 
 Reads the protocol's JSON (``benchmarks/results/hs-toys.json``) and writes one PNG with two panels:
 

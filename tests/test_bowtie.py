@@ -348,3 +348,41 @@ def test_ensemble_weights_and_moments():
     assert torch.allclose(ens.var, torch.tensor([1.75, 3.5]))
     with pytest.raises(ValueError, match="members"):
         ensemble_predictions([p1], [1.0, 2.0])
+
+
+# ------------------------------------------------------------------------------------------------ options
+def test_builder_options_config_validates_and_matches_keywords():
+    """BowtieOptions: the builder takes a config or the old keywords (same model); bad values are a
+    ValueError naming the field, raised by the registry before anything is built."""
+    from zoo.families.bowtie.entry import build_bowtie
+    from zoo.families.bowtie.options import BowtieOptions
+
+    assert get_entry("bowtie").options is BowtieOptions
+    by_config = build_bowtie(2, 1, "regression", [3], options=BowtieOptions(temperature=0.5), nu_loc=-2.0)
+    by_keywords = build_bowtie(2, 1, "regression", [3], temperature=0.5, nu_loc=-2.0)
+    assert by_config.config() == by_keywords.config()
+    assert isinstance(build_bowtie(2, 1, "regression", [3], gaussian_prior=True).prior, GaussianBowtiePrior)
+    for bad, field in [
+        ({"temperature": -1.0}, "temperature"),
+        ({"nu_glob": 0.5}, "nu_glob"),
+        ({"noise_rate": 0.0}, "noise_rate"),
+        ({"unknown": 1}, "unknown"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            build("bowtie", 2, 1, "regression", hidden=[3], **bad)
+    with pytest.raises(TypeError, match="gaussian_prior"):
+        BowtieOptions(gaussian_prior=1)
+
+
+def test_guide_options_config_and_keywords():
+    """BowtieGuideOptions: config and keywords combine; unknown keywords stay a TypeError (registry
+    ``guide_options`` convention), bad values a ValueError naming the field."""
+    from guides.bowtie.options import BowtieGuideOptions
+
+    m = BowtieModel(2, (3,), 1)
+    g = BowtieCAVIGuide(m, options=BowtieGuideOptions(em=True), init_cov=0.02)
+    assert g.em and g.init_cov == 0.02 and g.options == BowtieGuideOptions(em=True, init_cov=0.02)
+    with pytest.raises(TypeError, match="guide_options"):
+        build("bowtie", 2, 1, "regression", hidden=[3], guide_options={"nope": 1})
+    with pytest.raises(ValueError, match="forgetting_rate"):
+        BowtieCAVIGuide(m, forgetting_rate=0.4)

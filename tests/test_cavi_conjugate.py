@@ -104,3 +104,89 @@ def test_registry_entry_blr_cavi():
     m, _, _, _ = mean_field_fixed_point(x.double().numpy(), y.double().numpy(), S0, 2.0, 1.0)
     np.testing.assert_allclose(guide.m.numpy(), m, atol=1e-4)
     assert spec["guide"] == "cavi" and res.steps == 30
+
+
+# ---------------------------------------------------------------------------------------------------------
+# zoo.ops.expectations: the entropies are torch.distributions' own, equal to the closed forms
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_entropies_equal_the_closed_forms_in_value_and_gradient(dtype):
+    from zoo.ops.expectations import gamma_entropy, gaussian_entropy_tril, inverse_gamma_entropy
+
+    g = torch.Generator().manual_seed(0)
+    a = (0.05 + 5 * torch.rand(30, generator=g, dtype=dtype)).requires_grad_()
+    b = (0.05 + 5 * torch.rand(30, generator=g, dtype=dtype)).requires_grad_()
+    closed = {
+        gamma_entropy: lambda a, b: a - torch.log(b) + torch.lgamma(a) + (1 - a) * torch.digamma(a),
+        inverse_gamma_entropy: lambda a, b: a + torch.log(b) + torch.lgamma(a) - (1 + a) * torch.digamma(a),
+    }
+    for fn, ref in closed.items():
+        got, want = fn(a, b), ref(a, b)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        grads = torch.autograd.grad(got.sum(), (a, b)), torch.autograd.grad(want.sum(), (a, b))
+        for x, y in zip(*grads):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    m = torch.randn(3, 5, 5, generator=g, dtype=dtype)
+    tril = torch.linalg.cholesky(m @ m.mT + torch.eye(5, dtype=dtype)).requires_grad_()
+    want = 0.5 * 5 * (1 + math.log(2 * math.pi)) + torch.diagonal(tril, dim1=-2, dim2=-1).log().sum(-1)
+    got = gaussian_entropy_tril(tril)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(gaussian_entropy_tril(tril[0]), want[0], rtol=0, atol=0)
+    (g_got,), (g_want,) = torch.autograd.grad(got.sum(), tril), torch.autograd.grad(want.sum(), tril)
+    torch.testing.assert_close(g_got, g_want, rtol=0, atol=0)
+    # the Gamma/IG entropies are the differential entropies of the distributions (Monte Carlo check)
+    d = torch.distributions.Gamma(
+        torch.tensor(2.5, dtype=torch.float64), torch.tensor(0.7, dtype=torch.float64)
+    )
+    draws = d.sample((200_000,))
+    mc = float(-d.log_prob(draws).mean())
+    assert mc == pytest.approx(float(gamma_entropy(d.concentration, d.rate)), abs=5e-3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# builder options as config objects (mfvi-bnn, blr-cavi)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_baseline_options_defaults_validation_and_builders():
+    from zoo.experiments.registry import get_entry
+    from zoo.families.baselines.entry import _blr_build, _mfvi_build
+    from zoo.families.baselines.options import BLROptions, MFVIOptions
+
+    assert get_entry("mfvi-bnn").options is MFVIOptions and get_entry("blr-cavi").options is BLROptions
+    assert MFVIOptions().to_dict() == {
+        "weight_scale": 1.0,
+        "bias_scale": 1.0,
+        "fan_in_scaling": False,
+        "noise_concentration": 2.0,
+        "noise_rate": 0.5,
+    }
+    assert BLROptions().to_dict() == {"weight_scale": 1.0, "noise_concentration": 2.0, "noise_rate": 1.0}
+    for field, value, err in [
+        ("weight_scale", -1.0, ValueError),
+        ("bias_scale", 0.0, ValueError),
+        ("noise_rate", float("inf"), ValueError),
+        ("fan_in_scaling", 1, TypeError),
+    ]:
+        with pytest.raises(err, match=field):
+            MFVIOptions(**{field: value})
+    with pytest.raises(ValueError, match="noise_concentration"):
+        BLROptions(noise_concentration=0.0)
+    # the keyword form, an options object and a mapping build the same model
+    for m in (
+        _mfvi_build(3, 1, "regression", (4,), weight_scale=0.5, fan_in_scaling=True),
+        _mfvi_build(3, 1, "regression", (4,), MFVIOptions(weight_scale=0.5, fan_in_scaling=True)),
+        _mfvi_build(3, 1, "regression", (4,), {"weight_scale": 0.5}, fan_in_scaling=True),
+    ):
+        assert m.prior.config() == {"weight_scale": 0.5, "bias_scale": 1.0, "fan_in_scaling": True}
+        assert float(m.likelihood.rate) == 0.5
+    blr = _blr_build(3, 1, "regression", (), BLROptions(noise_rate=2.0))
+    assert float(blr.likelihood.rate) == 2.0 and float(blr.prior.weight_scale) == 1.0
+    with pytest.raises(ValueError, match="no_such"):
+        _mfvi_build(3, 1, "regression", (4,), no_such=1)
+    with pytest.raises(ValueError, match="weight_scale"):
+        build("blr-cavi", 3, 1, "regression", weight_scale=-2.0)
+    with pytest.raises(ValueError, match="bias_scale"):
+        build("blr-cavi", 3, 1, "regression", bias_scale=2.0)  # an mfvi-bnn option, not blr-cavi's

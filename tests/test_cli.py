@@ -81,7 +81,7 @@ def test_fit_classification_keys(tmp_path):
     )
     m = json.loads((out / "metrics.json").read_text())
     assert FIT_KEYS | {"accuracy", "nll", "ece"} <= set(m) and 0 <= m["accuracy"] <= 1
-    ckpt = __import__("torch").load(out / "checkpoint.pt", weights_only=False)
+    ckpt = __import__("torch").load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["spec"]["options"] == {"weight_scale": 0.5, "fan_in_scaling": True}
 
 
@@ -123,6 +123,7 @@ def test_fit_guide_options_reach_the_guide_and_the_checkpoint(tmp_path):
         (["reproduce", "mfvi-uci", "--splits", "a-b"], "--splits"),
         (["reproduce", "mfvi-uci", "--jobs", "0"], "--jobs"),
         (["reproduce", "mfvi-uci", "--set", "steps"], "--set"),
+        (["reproduce", "mfvi-uci", "--set", "stepz=3"], "--set"),
     ],
 )
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys, args, word):
@@ -250,3 +251,30 @@ def test_reproduce_set_overrides_only_keys_the_protocol_sets(tmp_path, data_dir,
     )
     row = doc["rows"][0]
     assert row["steps"] == 4 and "posttrain_steps" not in row
+
+
+def test_reproduce_checks_run_settings_before_any_fit_and_journals_the_config(
+    tmp_path, data_dir, monkeypatch
+):
+    """A protocol's RunSpec kwargs go through RunConfig: a bad one fails before anything is fitted or
+    written, naming the run and the field; each journal line records the run's config."""
+    monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
+    from zoo.experiments import reproduce
+    from zoo.experiments.reproduce import run_protocol
+
+    _smoke_protocol("smoke-badcfg", {"hidden": [3], "steps": 0.5, "num_samples": 3}, ("rmse",))
+    with pytest.raises(TypeError, match=r"mfvi-bnn/uci:yacht/split 0: steps"):
+        run_protocol("smoke-badcfg", tmp_path / "bad", splits=[0], progress=False)
+    assert not (tmp_path / "bad").exists()
+    lines = []
+    real = reproduce._journal_line
+    monkeypatch.setattr(
+        reproduce, "_journal_line", lambda row, spec: lines.append(real(row, spec)) or lines[-1]
+    )
+    _smoke_protocol("smoke-cfg", {"hidden": [3], "steps": 3, "num_samples": 3}, ("rmse",))
+    doc = run_protocol("smoke-cfg", tmp_path, splits=[1], progress=False)
+    entry = json.loads(lines[-1])
+    assert entry["run_config"]["steps"] == 3 and entry["run_config"]["seed"] == 1
+    assert "run_config" not in doc["rows"][0]
+    with pytest.raises(ValueError, match="overrides"):
+        run_protocol("smoke-cfg", tmp_path, splits=[1], progress=False, overrides={"stepz": 3})

@@ -1,6 +1,6 @@
-"""Collapsed variational bounds (paper 002; issue 7): penalties vs quadrature, limits, q*, the two Pyro
-formulations (collapsed bound vs hierarchical model + closed-form optimal hyper-posteriors), hyper-parameter
-learning, and the registry entries / protocol."""
+"""Collapsed variational bounds (Tomczak, Swaroop, Foong & Turner 2021, NeurIPS; issue 7): penalties vs
+quadrature, limits, q*, the two Pyro formulations (collapsed bound vs hierarchical model + closed-form optimal
+hyper-posteriors), hyper-parameter learning, the builder options and the registry entries / protocol."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def _t(v):
 
 
 # ------------------------------------------------------------------------------------------------
-# Ground truth by quadrature: R = log ∫ p(theta) exp(E_q log p(w|theta)) dtheta + H[q] (note §2)
+# Ground truth by quadrature: R = log ∫ p(theta) exp(E_q log p(w|theta)) dtheta + H[q]
+# (the maximum over q(theta) of App. B, Eq. 17)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -123,7 +124,7 @@ def test_penalty_identities_and_cmv_to_cm_limit():
         torch.distributions.Normal(mu, var.sqrt()), torch.distributions.Normal(_t(0.0), _t(gamma).sqrt())
     )
     torch.testing.assert_close(penalty_cm(mu, var, gamma, 1.0), kl, rtol=0, atol=1e-12)
-    # P_CM = KL(q || N(0, alpha + gamma)) + ½ var (1/gamma − 1/(alpha+gamma))  (note §3.4)
+    # P_CM = KL(q || N(0, alpha + gamma)) + ½ var (1/gamma − 1/(alpha+gamma))  (Eq. 29 rearranged)
     a_reg = 0.1
     big = gamma / a_reg
     kl_big = torch.distributions.kl_divergence(
@@ -133,7 +134,7 @@ def test_penalty_identities_and_cmv_to_cm_limit():
         penalty_cm(mu, var, gamma, a_reg), kl_big + 0.5 * var * (1 / gamma - 1 / big), rtol=0, atol=1e-12
     )
     torch.testing.assert_close(penalty_cv(mu, var, 0.5, 0.01), penalty_cmv(mu, var, 0.5, 0.01, 1.0))
-    # CMV -> CM: alpha, beta -> inf with beta/alpha = gamma, delta = alpha_reg (note §4.4)
+    # CMV -> CM: alpha, beta -> inf with beta/alpha = gamma, delta = alpha_reg (Eq. 74 vs Eq. 29)
     errs = []
     for alpha in (1e2, 1e4, 1e6):
         d = penalty_cmv(mu, var, alpha, gamma * alpha, a_reg) - penalty_cm(mu, var, gamma, a_reg)
@@ -149,7 +150,7 @@ def test_penalty_gradients_and_no_data_optima():
     e_tau = (a + 0.5) / (b + 0.5 * (delta * mu**2 + var))
     assert float(gm) == pytest.approx(float(delta * mu * e_tau), rel=1e-12)
     assert float(gv) == pytest.approx(float(0.5 * e_tau - 0.5 / var), rel=1e-12)
-    # no-data optimum of the variance: CMV var = (beta + delta mu²/2)/alpha; CM var = gamma (note §4.4, §3.4)
+    # no-data optimum of the variance: CMV var = (beta + delta mu²/2)/alpha; CM var = gamma (Eqs. 74, 29)
     v_star = _t((b + delta * 0.7**2 / 2) / a).requires_grad_()
     (gv,) = torch.autograd.grad(penalty_cmv(_t(0.7), v_star, a, b, delta), v_star)
     assert abs(float(gv)) < 1e-10
@@ -247,7 +248,7 @@ def _loss_and_grads(model, guide, x, y, seed, particles):
 def test_hierarchical_and_collapsed_agree_in_value_and_gradient(kind):
     """Same weight draws in both (common random numbers): the data term cancels and the difference is
     the Monte Carlo error of the hierarchical prior terms, whose mean is 0 (value) and, by the envelope
-    argument (note §2), 0 for the gradients too."""
+    theorem (q* maximizes Eq. 17), 0 for the gradients too."""
     x, y = _data()
     m_c, g_c = _small_problem(kind, CollapsedBoundGuide)
     m_h, g_h = _small_problem(kind, HierarchicalCollapsedGuide)
@@ -384,7 +385,7 @@ def test_argument_validation():
 
 def test_q_tau_matches_conjugate_update_by_brute_force():
     """q*(tau) ∝ p(tau) exp(E_q log N(w|0,1/tau)): compare the Gamma(conc, rate) density with the normalized
-    unnormalized posterior on a grid (CV, note §5)."""
+    unnormalized posterior on a grid (CV = CMV with delta = 1)."""
     mu, var, a, b = 0.4, 0.03, 0.5, 0.01
     conc, rate = optimal_q_tau(_t(mu), _t(var), a, b, 1.0)
     taus = np.linspace(0.05, 60, 4000)
@@ -428,3 +429,51 @@ def test_zoo_fit_on_boston_smoke(data_dir, tmp_path):
     m = run.metrics
     assert math.isfinite(m["rmse"]) and m["rmse"] < 15 and math.isfinite(m["train_rmse"])
     assert m["nll_gap"] == pytest.approx(m["nll"] - m["train_nll"])
+
+
+def test_collapsed_options_defaults_validation_and_builder():
+    from zoo.experiments.registry import build, get_entry
+    from zoo.families.collapsed.options import CollapsedOptions
+
+    for name in ("cm-bnn", "cv-bnn", "cmv-bnn"):
+        assert get_entry(name).options is CollapsedOptions
+    assert CollapsedOptions().to_dict() == {
+        "gamma_scale": 1.0,
+        "alpha_reg": 0.05,
+        "alpha": 0.5,
+        "beta": 0.01,
+        "delta": 0.1,
+        "fan_in_scaling": True,
+        "learn_hyper": False,
+        "noise_concentration": 2.0,
+        "noise_rate": 0.5,
+    }
+    for field, value, err in [
+        ("gamma_scale", 0.0, ValueError),
+        ("alpha_reg", 1.5, ValueError),
+        ("alpha_reg", 0.0, ValueError),
+        ("delta", 1.0, ValueError),
+        ("alpha", -1.0, ValueError),
+        ("beta", float("nan"), ValueError),
+        ("noise_rate", 0.0, ValueError),
+        ("learn_hyper", "yes", TypeError),
+        ("fan_in_scaling", None, TypeError),
+    ]:
+        with pytest.raises(err, match=field):
+            CollapsedOptions(**{field: value})
+    assert CollapsedOptions(alpha_reg=1.0).alpha_reg == 1.0  # alpha = 0: plain MF-VI with prior N(0, gamma)
+    # keyword form, options object and mapping build the same prior
+    configs = [
+        build_collapsed("cmv", 2, 1, "regression", (3,), gamma_scale=0.5, delta=0.3).prior.config(),
+        build_collapsed(
+            "cmv", 2, 1, "regression", (3,), CollapsedOptions(gamma_scale=0.5, delta=0.3)
+        ).prior.config(),
+        build_collapsed("cmv", 2, 1, "regression", (3,), {"gamma_scale": 0.5}, delta=0.3).prior.config(),
+    ]
+    assert configs[0] == configs[1] == configs[2] and configs[0]["delta"] == pytest.approx([0.3, 0.3])
+    with pytest.raises(ValueError, match="delta"):
+        build("cmv-bnn", 2, 1, "regression", hidden=(3,), delta=2.0)
+    with pytest.raises(ValueError, match="weight_scale"):
+        build("cm-bnn", 2, 1, "regression", hidden=(3,), weight_scale=1.0)
+    model, _, spec = build("cm-bnn", 2, 1, "regression", hidden=(3,), gamma_scale=20.0)
+    assert spec["options"] == {"gamma_scale": 20.0} and float(model.prior.gamma_scale) == 20.0

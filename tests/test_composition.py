@@ -163,7 +163,8 @@ def test_registry_errors():
 
 
 def test_abstract_interfaces_name_the_missing_method():
-    """A new prior/guide that forgets part of the contract gets an error naming its class and the method."""
+    """A new prior/guide/likelihood/architecture that forgets part of the contract cannot be constructed: the
+    ``abc`` error names its class and the missing method."""
     import pytest as _pytest
 
     from zoo.core.guide import ClosedFormGuide
@@ -175,7 +176,21 @@ def test_abstract_interfaces_name_the_missing_method():
     class HalfGuide(ClosedFormGuide):
         pass
 
-    with _pytest.raises(NotImplementedError, match="HalfPrior must implement sample_params"):
-        HalfPrior().sample_params([])
-    with _pytest.raises(NotImplementedError, match="HalfGuide must implement closed_form_update"):
-        HalfGuide().closed_form_update(None, None, None)
+    from zoo.core.architectures import Architecture
+    from zoo.core.likelihoods import Likelihood
+
+    class HalfLikelihood(Likelihood):
+        pass
+
+    class HalfArchitecture(Architecture):
+        def param_specs(self):
+            return []
+
+    with _pytest.raises(TypeError, match="HalfPrior with abstract method sample_params"):
+        HalfPrior()
+    with _pytest.raises(TypeError, match="HalfGuide with abstract method closed_form_update"):
+        HalfGuide()
+    with _pytest.raises(TypeError, match="HalfLikelihood with abstract method distribution"):
+        HalfLikelihood()
+    with _pytest.raises(TypeError, match="HalfArchitecture with abstract methods config, forward"):
+        HalfArchitecture()

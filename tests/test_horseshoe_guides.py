@@ -11,13 +11,11 @@ import pytest
 import torch
 
 from guides.autoguides import make_autoguide
-from guides.horseshoe.factorized import (
-    HorseshoeGuide,
-    SemiStructuredHorseshoeGuide,
-    TiedHorseshoeGuide,
-    prune_network,
-)
+from guides.horseshoe.factorized import HorseshoeGuide
+from guides.horseshoe.pruning import prune_network
+from guides.horseshoe.semi_structured import SemiStructuredHorseshoeGuide
 from guides.horseshoe.structured import StructuredHorseshoeGuide
+from guides.horseshoe.tied import TiedHorseshoeGuide
 from zoo.core.architectures import MLP
 from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.model import BayesianModel
@@ -192,7 +190,7 @@ def test_zoo_fit_cli_on_yacht(tmp_path, data_dir):
 
 def test_protocol_metrics_count_units_by_rule_and_by_profile():
     """``hs_metrics`` (the hs protocols' extra columns) agrees with the sparsity report it summarizes, and the
-    regression scores carry both RMSE conventions of note 004 §6.1."""
+    regression scores carry both RMSE conventions (App. D of arXiv:1705.10388 and the usual one)."""
     from zoo.experiments.runs import fit_on_dataset
     from zoo.families.horseshoe.entry import ACTIVE_FRACTION, hs_metrics
 

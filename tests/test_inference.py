@@ -188,7 +188,7 @@ def test_classification_fit_runs_with_every_autoguide():
         assert torch.allclose(p.probs.sum(-1), torch.ones(60))
 
 
-# --------------------------------------------------------------------------- fused optimizer (zoo.infer.optim)
+# ----------------------------------------------------------------------- fused optimizer (zoo.infer.optim)
 
 
 def _fit_with(optim, steps=30, seed=5, x=None, y=None):
@@ -266,3 +266,75 @@ def test_fused_optimizer_skips_parameters_absent_from_the_step_and_round_trips_s
     torch.testing.assert_close(u.detach(), after_ref)
     with pytest.raises(TypeError, match="optim_constructor"):
         FusedPyroOptim(pyro.optim.Adam, {"lr": 0.1})
+
+
+# --------------------------------------------------------------------------- FitConfig (zoo.infer.config)
+
+
+def test_fit_config_object_and_keywords_give_the_same_run():
+    from zoo.infer.config import FitConfig
+
+    x, y = blr_data(n=40, dtype=torch.float32)
+    runs = []
+    for how in ("keywords", "config", "mapping", "config+keywords"):
+        pyro.clear_param_store()
+        model = mlp_model()
+        guide = make_autoguide("normal", model)
+        settings = {"steps": 12, "batch_size": 8, "seed": 4, "lr": 0.02, "progress": False}
+        if how == "keywords":
+            res = fit(model, guide, x, y, **settings)
+        elif how == "config":
+            res = fit(model, guide, x, y, FitConfig(**settings))
+        elif how == "mapping":
+            res = fit(model, guide, x, y, config=settings)
+        else:
+            res = fit(model, guide, x, y, FitConfig(**{**settings, "lr": 1.0}), lr=0.02)
+        runs.append(res)
+    assert all(r.elbo == runs[0].elbo for r in runs)
+    cfg = runs[0].fit_config
+    assert cfg == FitConfig(**{**settings, "window": 50})  # the effective window is recorded
+    assert runs[0].config["batch_size"] == 8 and runs[0].config["optimizer"] == "adam"
+    assert FitConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_fit_config_metadata_and_legacy_config_mapping():
+    """``config={"y_mean": ...}`` (the pre-config form) records the non-field entries as metadata, which
+    ``FitResult.config`` keeps at top level; a metadata key may not shadow a field."""
+    from zoo.infer.config import FitConfig
+
+    x, y = blr_data(n=20, dtype=torch.float32)
+    model = mlp_model()
+    legacy = {"y_mean": 1.0, "y_std": 2.0, "steps": 3}
+    guide = make_autoguide("normal", model)
+    res = fit(model, guide, x, y, steps=2, progress=False, config=legacy, metadata={"dataset": "toy"})
+    assert res.steps == 2  # keywords override the config
+    assert res.config["y_mean"] == 1.0 and res.config["dataset"] == "toy"
+    assert res.fit_config.metadata == {"y_mean": 1.0, "y_std": 2.0, "dataset": "toy"}
+    with pytest.raises(ValueError, match="metadata"):
+        FitConfig(metadata={"steps": 3})
+
+
+def test_fit_config_validation_names_the_field():
+    from zoo.infer.config import FitConfig
+
+    cases = [
+        ({"steps": -1}, ValueError, "steps"),
+        ({"optimizer": "lbfgs"}, ValueError, "optimizer"),
+        ({"lr": 0.0}, ValueError, "lr"),
+        ({"num_particles": 0}, ValueError, "num_particles"),
+        ({"patience": 0}, ValueError, "patience"),
+        ({"window": 1.5}, TypeError, "window"),
+        ({"device": "tpu9"}, ValueError, "device"),
+        ({"progress": "yes"}, TypeError, "progress"),
+        ({"metadata": [1]}, TypeError, "metadata"),
+    ]
+    for kw, exc, name in cases:
+        with pytest.raises(exc, match=name):
+            FitConfig(**kw)
+    with pytest.raises(ValueError, match="stepz"):
+        FitConfig.from_dict({"stepz": 3})
+    x, y = blr_data(n=20, dtype=torch.float32)
+    model = mlp_model()
+    with pytest.raises(ValueError, match="stepz"):
+        fit(model, make_autoguide("normal", model), x, y, stepz=3)
+    assert FitConfig(device=torch.device("cpu")).device == "cpu"

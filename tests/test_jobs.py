@@ -161,3 +161,32 @@ def test_fit_on_dataset_is_reproducible_within_one_process():
     torch.rand(7)  # disturb the global RNG between the fits
     b = fit_on_dataset("lbbnn", "digits", hidden=[8], steps=20, num_samples=3, progress=False, seed=3)
     assert a.metrics["elbo"] == b.metrics["elbo"] and a.metrics["density"] == b.metrics["density"]
+
+
+def test_run_config_object_mapping_and_keywords_agree_and_validate():
+    """``fit_on_dataset`` takes a RunConfig, a mapping or the keywords it always took; validation names the
+    field before anything is loaded or fitted."""
+    from zoo.experiments.config import RunConfig
+
+    kw = {"hidden": [3], "steps": 5, "num_samples": 3, "progress": False, "seed": 2}
+    a = fit_on_dataset("mfvi-bnn", "diabetes", **kw)
+    b = fit_on_dataset("mfvi-bnn", "diabetes", RunConfig(**kw))
+    c = fit_on_dataset("mfvi-bnn", "diabetes", {**kw, "seed": 9}, seed=2)
+    assert a.metrics["elbo"] == b.metrics["elbo"] == c.metrics["elbo"]
+    assert a.result.config["dataset"] == "diabetes" and a.result.config["split"] == 0
+    assert a.result.fit_config.steps == 5 and a.result.fit_config.metadata["y_std"] > 0
+    cfg = RunConfig(**kw)
+    assert cfg.hidden == (3,) and RunConfig.from_dict(cfg.to_dict()) == cfg
+    cases = [
+        ({"hidden": [0]}, ValueError, "hidden"),
+        ({"steps": -1}, ValueError, "steps"),
+        ({"lr": 0}, ValueError, "lr"),
+        ({"num_samples": 0}, ValueError, "num_samples"),
+        ({"options": 3}, TypeError, "options"),
+        ({"train_metrics": 1}, TypeError, "train_metrics"),
+        ({"posttrain_lr": -1.0}, ValueError, "posttrain_lr"),
+        ({"stepz": 3}, ValueError, "stepz"),
+    ]
+    for bad, exc, name in cases:
+        with pytest.raises(exc, match=name):
+            fit_on_dataset("mfvi-bnn", "diabetes", **bad)

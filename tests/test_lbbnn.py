@@ -11,13 +11,10 @@ import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 
-from guides.lbbnn.meanfield import (
-    InclusionConcrete,
-    MeanFieldLBBNNGuide,
-    fit_lbbnn,
-    param_group,
-)
+from guides.lbbnn.distributions import InclusionConcrete
+from guides.lbbnn.meanfield import MeanFieldLBBNNGuide
 from guides.lbbnn.mvn import MVNLBBNNGuide, expected_sigmoid
+from guides.lbbnn.training import fit_lbbnn, param_group
 from zoo.core.architectures import MLP
 from zoo.core.likelihoods import GaussianLikelihood, make_likelihood
 from zoo.core.model import BayesianModel
@@ -106,7 +103,8 @@ def test_concrete_sampler_mean_and_gradient():
 
 
 def test_mc_kl_matches_closed_form():
-    """E_q[log q - log p] by MC (hard γ, δ₀ cancellation) equals the closed form of note §2.6."""
+    """E_q[log q - log p] by MC (hard γ, δ₀ cancellation) equals the closed form (Eqs. 4.5-4.7 of
+    arXiv:1903.07594)."""
     torch.manual_seed(1)
     model = _model(d=3, hidden=(4,), k=2, inclusion=0.3, slab_var=0.7).to(D)
     guide = MeanFieldLBBNNGuide(model, kl="mc", init_rho=(-1.5, -0.5)).to(D)
@@ -317,7 +315,7 @@ def test_empirical_bayes_moves_then_freezes():
 
 
 def test_eb_early_stop_rule_freezes_when_layer_one_psi_drops():
-    """``eb_stop_inclusion`` (the reference code's rule, note 001 §1.3): the EB stage ends as soon as ψ of
+    """``eb_stop_inclusion`` (the reference code's rule): the EB stage ends as soon as ψ of
     layer 1 is below the threshold, long before ``eb_steps``; 0 disables it; bad values are rejected."""
     torch.manual_seed(0)
 
@@ -347,7 +345,7 @@ def test_eb_early_stop_rule_freezes_when_layer_one_psi_drops():
 def test_fit_lbbnn_staged_is_the_entry_fit_function(tmp_path):
     """``fit_options={"stage_lrs": ...}`` runs Algorithm 1 (pre-training = the prior's ``eb_steps``, fresh
     per-stage optimizers, hyperparameters frozen); without it the entry fits like ``zoo.infer.loop.fit``."""
-    from guides.lbbnn.meanfield import STAGE_LRS, fit_lbbnn_staged
+    from guides.lbbnn.training import STAGE_LRS, fit_lbbnn_staged
     from zoo.experiments.runs import fit_on_dataset
 
     torch.manual_seed(0)
@@ -450,7 +448,7 @@ def test_closed_form_kl_elbo_equals_trace_elbo(guide_name):
     import pyro.infer
 
     import zoo.families.lbbnn.flows  # noqa: F401  (registers lcrt)
-    from guides.lbbnn.meanfield import ClosedFormKL_ELBO
+    from guides.lbbnn.elbo import ClosedFormKL_ELBO
     from zoo.experiments.registry import build
 
     torch.manual_seed(0)
@@ -507,3 +505,61 @@ def test_init_floor_script_density_stays_above_the_logit_budget_floor():
     assert top["lambda0"] == [5, 10] and top["kept"] == 1.0
     # and the budget was used: logits that started just above 0 were pushed down by the KL
     assert out["bins"][2]["mean_dlambda"] < -0.5
+
+
+def test_registered_kls_agree_with_the_explicit_closed_form():
+    """``kl_divergence(q(γ), Bernoulli(ψ))`` is registered for the inclusion distribution, and the KL pieces
+    built on torch's Bernoulli entropy / ``kl_divergence(Normal, Normal)`` equal the explicit formulas
+    of Eqs. 4.5-4.7 (arXiv:1903.07594) to float precision."""
+    from torch.distributions import Bernoulli, kl_divergence
+
+    from zoo.families.lbbnn.prior import InclusionPrior, bernoulli_kl
+
+    g = torch.Generator().manual_seed(0)
+    for dtype, tol in ((D, 1e-13), (torch.float32, 2e-6)):
+        logits = 6 * torch.randn(40, 30, generator=g, dtype=dtype)
+        loc = torch.randn(40, 30, generator=g, dtype=dtype)
+        scale = 0.01 + torch.rand(40, 30, generator=g, dtype=dtype)
+        psi, s2 = torch.tensor(0.3, dtype=dtype), torch.tensor(0.7, dtype=dtype)
+        a = torch.sigmoid(logits)
+        log_a, log_1ma = torch.nn.functional.logsigmoid(logits), torch.nn.functional.logsigmoid(-logits)
+        bern = a * (log_a - torch.log(psi)) + (1 - a) * (log_1ma - torch.log1p(-psi))
+        gauss = 0.5 * (torch.log(s2) - 2 * torch.log(scale) + (scale**2 + loc**2) / s2 - 1)
+        torch.testing.assert_close(bernoulli_kl(logits, psi), bern, rtol=tol, atol=tol)
+        torch.testing.assert_close(gaussian_kl(loc, scale, s2), gauss, rtol=tol, atol=tol)
+        ss = spike_slab_kl(logits, loc, scale, psi, s2)
+        torch.testing.assert_close(ss, bern + a * gauss, rtol=tol, atol=tol)
+        q = InclusionConcrete(logits, 0.5)
+        torch.testing.assert_close(
+            kl_divergence(q, Bernoulli(probs=psi.expand(40, 30))), bernoulli_kl(logits, psi)
+        )
+        p = InclusionPrior(psi, torch.Size((40, 30)))
+        torch.testing.assert_close(kl_divergence(q, p), bernoulli_kl(logits, psi))
+    # saturated logits stay finite
+    assert torch.isfinite(bernoulli_kl(torch.tensor([-200.0, 200.0]), torch.tensor(0.1))).all()
+
+
+def test_lbbnn_options_config_validates_and_keeps_the_keyword_form():
+    """The builder's options are a validated :class:`LBBNNOptions`; the old keyword calls still work."""
+    import dataclasses
+
+    from zoo.experiments.registry import get_entry
+    from zoo.families.lbbnn.entry import LBBNNOptions, build_lbbnn
+
+    assert get_entry("lbbnn").options is LBBNNOptions
+    defaults = LBBNNOptions()
+    assert defaults.inclusion == 0.25 and defaults.hyper == "eb-point" and defaults.eb_steps == 500
+    kw = build_lbbnn(4, 3, "multiclass", (5,), hyper="fixed", inclusion=0.2)
+    opt = build_lbbnn(4, 3, "multiclass", (5,), options=LBBNNOptions(hyper="fixed", inclusion=0.2))
+    mixed = build_lbbnn(4, 3, "multiclass", (5,), options={"hyper": "fixed"}, inclusion=0.2)
+    assert kw.prior.config() == opt.prior.config() == mixed.prior.config()
+    assert LBBNNOptions.from_dict(defaults.to_dict()) == defaults
+    with pytest.raises(ValueError, match="nope"):
+        build_lbbnn(4, 3, "multiclass", (5,), nope=1)
+    for field, bad in (("inclusion", 1.0), ("hyper", "beta"), ("noise", "free"), ("slab_var", -1.0)):
+        with pytest.raises(ValueError, match=field):
+            LBBNNOptions(**{field: bad})
+        with pytest.raises(ValueError, match=field):
+            build("lbbnn", 4, 3, "multiclass", hidden=(5,), **{field: bad})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        defaults.inclusion = 0.5

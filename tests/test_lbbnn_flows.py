@@ -1,4 +1,4 @@
-"""Paper 003 (note ``003_lbbnn_flows.md`` §8): LBBNN-LCRT, LBBNN-FLOW and BNN-FLOW guides."""
+"""Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395): LBBNN-LCRT, LBBNN-FLOW and BNN-FLOW guides."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 from torch.autograd.functional import jacobian
 
-from guides.flows.zflow import IAF, GaussianFlowGuide, LBBNNFlowGuide
+from guides.flows.gaussian import GaussianFlowGuide
+from guides.flows.iaf import IAF
+from guides.flows.lbbnn import LBBNNFlowGuide
 from guides.horseshoe.flow import HorseshoeFlowGuide
 from guides.lbbnn.lcrt import LCRT_ELBO, LCRTLBBNNGuide, LCRTMessenger, fit_lcrt, lcrt_moments
 from zoo.core.architectures import MLP
@@ -50,7 +52,7 @@ def _per_particle_elbo(model, guide, x, y, num):
 
 
 # ---------------------------------------------------------------------------------------------------
-# LCRT (note §2.4, §8.1)
+# LCRT (arXiv:2305.03395 §4)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -145,7 +147,7 @@ def test_lcrt_messenger_restores_on_error_and_validates():
 
 
 # ---------------------------------------------------------------------------------------------------
-# IAF and q(z) (Eqs. 6-8, note §8.3)
+# IAF and q(z) (Eqs. 6-8)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -333,7 +335,7 @@ def test_horseshoe_prior_under_the_z_flow_guide(tmp_path, device):
     assert torch.allclose(p.mean, p2.mean, atol=1e-5)
 
 
-# --------------------------------------------------------------------------- tabular study (note 003 §4.4)
+# ------------------------------------------------------------------------------- tabular study (App. C)
 
 
 def test_guide_options_reach_the_flow_guides():
@@ -473,7 +475,7 @@ def test_weak_signal_selection_protocol_runs_on_the_weak_design(tmp_path):
 def test_staged_schedule_drives_lcrt_and_flow_guides(gname):
     """The image protocol's Algorithm 1 stages (``IMAGE_STAGE_LRS``) apply to the LCRT and FLOW guides: the
     inclusion logits move with the high pre-training step size, the schedule is recorded."""
-    from guides.lbbnn.meanfield import fit_lbbnn_staged
+    from guides.lbbnn.training import fit_lbbnn_staged
     from zoo.families.lbbnn.flows import IMAGE_STAGE_LRS
 
     torch.manual_seed(0)
@@ -492,3 +494,24 @@ def test_staged_schedule_drives_lcrt_and_flow_guides(gname):
     with pyro.get_param_store().scope():
         a0 = g0.inclusion_probs()["fc0.weight"]
     assert (torch.logit(alpha) - torch.logit(a0)).abs().max() > 0.1
+
+
+def test_lcrt_uses_the_one_local_reparameterization_messenger():
+    """``LCRTMessenger`` is :class:`zoo.ops.local_reparam.LocalReparameterization` (re-entrant: nested use
+    restores the guide's cache), and both LBBNN ELBOs are handled ``Trace_ELBO`` s without private hooks."""
+    from guides.lbbnn.elbo import ClosedFormKL_ELBO
+    from zoo.infer.elbo import HandledELBO
+    from zoo.ops.local_reparam import LocalReparameterization
+
+    model = _lbbnn()
+    guide = LCRTLBBNNGuide(model)
+    m = LCRTMessenger(guide, model.architecture)
+    assert isinstance(m, LocalReparameterization) and "fc0.weight.gamma" in m.masked_sites
+    with m:
+        outer = guide._lcrt_cache
+        with LCRTMessenger(guide, model.architecture):
+            assert guide._lcrt_cache is not outer and guide.lcrt_mode
+        assert guide._lcrt_cache is outer
+    assert not guide.lcrt_mode and "linear" not in model.architecture.__dict__
+    for cls in (LCRT_ELBO, ClosedFormKL_ELBO):
+        assert issubclass(cls, HandledELBO) and "_get_trace" not in vars(cls)

@@ -47,7 +47,7 @@ def test_gaussian_nll_hand():
         0.5 * math.log(2 * math.pi) + 0.5 * math.log(0.5) + 0.5 * 4.0 / 0.5,
     ]
     assert M.gaussian_nll(y, mean, var) == pytest.approx(sum(terms) / 3, rel=1e-14)
-    # a scalar variance broadcasts (paper 003 uses a fixed variance of 1)
+    # a scalar variance broadcasts (Skaaret-Lund et al. 2023, arXiv:2305.03395, use a fixed variance of 1)
     expected = 0.5 * math.log(2 * math.pi) + 0.5 * (0.0 + 1.0 + 4.0) / 3
     assert M.gaussian_nll(y, mean, 1.0) == pytest.approx(expected, rel=1e-14)
 
@@ -179,7 +179,7 @@ def test_confident_accuracy_hand():
         [0.96, 0.04],  # confident, wrong
         [0.50, 0.50],  # not confident
         [0.02, 0.98],  # confident, correct
-        [0.95, 0.05],  # exactly at the threshold: included (>=, as in paper 001's code)
+        [0.95, 0.05],  # exactly at the threshold: included (>=, as in Hubin & Storvik's code)
     ]
     acc, frac = M.confident_accuracy(y, probs, threshold=0.95)
     assert acc == 0.75
@@ -217,7 +217,7 @@ def test_ece_bins_are_left_open_right_closed():
 
 
 def _ece_reference(y, p2, n_bins=10):
-    """Loop transcription of the Guo et al. / paper 003 definition."""
+    """Loop transcription of the definition of Guo et al. 2017 (arXiv:1706.04599, Eq. 3)."""
     pred = np.argmax(p2, axis=1)
     conf = p2[np.arange(len(y)), pred]
     total = 0.0
@@ -293,7 +293,7 @@ def test_waic_hand():
 
 
 def test_waic_matches_paper003_code_formula():
-    # paper 003's reference code: 2 * sum(log(exp(ll).mean(0)) - ll.mean(0)) and ll.var(0).sum() in torch
+    # Skaaret-Lund et al.'s code: 2 * sum(log(exp(ll).mean(0)) - ll.mean(0)) and ll.var(0).sum() in torch
     rng = np.random.default_rng(5)
     ll = torch.as_tensor(rng.normal(-1.0, 0.3, size=(1000, 40)), dtype=torch.float64)
     p1 = 2 * torch.sum(torch.log(torch.exp(ll).mean(0)) - ll.mean(0))
@@ -592,3 +592,189 @@ def test_predictive_entropy_and_mutual_information_closed_forms():
         mutual_information(np.ones((2, 2)))
     with pytest.raises(ValueError, match="probs"):
         predictive_entropy(np.array([[0.5, 0.6]]))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# library calls (pyro.ops.stats.waic, sklearn mean_pinball_loss / log_loss) give the values of the zoo's
+# former closed-form code, transcribed below, on real data
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _former_waic(ll: np.ndarray, ddof: int = 1) -> dict[str, float]:
+    from scipy.special import logsumexp
+
+    lppd_n = logsumexp(ll, axis=0) - math.log(ll.shape[0])
+    lppd = float(np.sum(lppd_n))
+    p1 = float(2.0 * np.sum(lppd_n - ll.mean(axis=0)))
+    p2 = float(np.sum(ll.var(axis=0, ddof=ddof)))
+    return {"lppd": lppd, "p_waic1": p1, "p_waic2": p2, "waic1": -2 * (lppd - p1), "waic2": -2 * (lppd - p2)}
+
+
+def _former_pinball(y: np.ndarray, pred: np.ndarray, taus: np.ndarray) -> float:
+    pred = np.broadcast_to(pred, (len(taus),) + y.shape)
+    tau_b = taus.reshape((-1,) + (1,) * y.ndim)
+    u = y[None] - pred
+    return float(np.mean(np.maximum(tau_b * u, (tau_b - 1.0) * u)))
+
+
+def _former_categorical_nll(y: np.ndarray, p: np.ndarray) -> float:
+    p2 = np.stack([1 - p, p], axis=1) if p.ndim == 1 else p
+    return float(-np.mean(np.log(np.maximum(p2[np.arange(len(y)), y], 1e-12))))
+
+
+@pytest.fixture(scope="module")
+def diabetes_posterior():
+    """Point-wise log-likelihoods (S, N) of the diabetes data (sklearn's copy) under 400 draws of the exact
+    conjugate posterior of a Bayesian linear regression with known noise, and the posterior predictive
+    mean and 19 predictive quantiles."""
+    from scipy import stats
+    from sklearn.datasets import load_diabetes
+
+    x, y = load_diabetes(return_X_y=True)
+    x = np.column_stack([np.ones(len(y)), x])
+    y = (y - y.mean()) / y.std()
+    s2 = 0.5
+    cov = np.linalg.inv(x.T @ x / s2 + np.eye(x.shape[1]))
+    mean = cov @ x.T @ y / s2
+    w = np.random.default_rng(0).multivariate_normal(mean, cov, size=400)
+    loc = w @ x.T
+    ll = stats.norm.logpdf(y[None], loc, math.sqrt(s2))
+    samples = loc + math.sqrt(s2) * np.random.default_rng(1).standard_normal(loc.shape)
+    taus = np.asarray(M.PAPER003_PINBALL_LEVELS)
+    return y, ll, loc.mean(0), np.quantile(samples, taus, axis=0), taus
+
+
+@pytest.mark.parametrize("ddof", [0, 1, 2])
+def test_waic_via_pyro_matches_the_former_formula(diabetes_posterior, ddof):
+    _, ll, _, _, _ = diabetes_posterior
+    new, old = M.waic(ll, ddof=ddof), _former_waic(ll, ddof)
+    assert new.keys() == old.keys()
+    for key in old:
+        assert new[key] == pytest.approx(old[key], rel=1e-12), key
+    # one draw, biased variance: no spread, both penalties exactly 0 (Pyro's unbiased variance is 0/0 there)
+    one = M.waic(ll[:1], ddof=0)
+    assert one["p_waic1"] == 0.0 and one["p_waic2"] == 0.0
+    assert one["lppd"] == pytest.approx(float(ll[0].sum()), rel=1e-14)
+
+
+def test_waic_p_waic2_is_pyros(diabetes_posterior):
+    from pyro.ops.stats import waic as pyro_waic
+
+    _, ll, _, _, _ = diabetes_posterior
+    waic_total, p_total = pyro_waic(torch.tensor(ll))
+    out = M.waic(ll)
+    assert out["p_waic2"] == pytest.approx(float(p_total), rel=1e-13)
+    assert out["waic2"] == pytest.approx(float(waic_total), rel=1e-13)
+
+
+def test_pinball_via_sklearn_matches_the_former_formula(diabetes_posterior):
+    y, _, pred_mean, quantiles, taus = diabetes_posterior
+    assert M.pinball_loss(y, quantiles, taus) == pytest.approx(_former_pinball(y, quantiles, taus), rel=1e-13)
+    assert M.pinball_loss(y, pred_mean) == pytest.approx(_former_pinball(y, pred_mean, taus), rel=1e-13)
+    # a 2-D target (N, D) is averaged over every entry, as before
+    y2, q2 = np.stack([y, -y], 1), np.stack([quantiles, -quantiles], 2)
+    assert M.pinball_loss(y2, q2, taus) == pytest.approx(_former_pinball(y2, q2, taus), rel=1e-13)
+
+
+def test_categorical_nll_via_sklearn_matches_the_former_formula():
+    import warnings
+
+    from sklearn.datasets import load_breast_cancer, load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = load_iris(return_X_y=True)
+    p = LogisticRegression(C=100.0, max_iter=2000).fit(x, y).predict_proba(x)
+    p32 = torch.softmax(torch.as_tensor(np.log(p), dtype=torch.float32), -1)  # rows sum to 1 +- 1e-7
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "do not sum to one" warning leaks out of sklearn
+        assert M.categorical_nll(y, p) == pytest.approx(_former_categorical_nll(y, p), rel=1e-13)
+        got32 = M.categorical_nll(y, p32)
+    assert got32 == pytest.approx(_former_categorical_nll(y, p32.double().numpy()), rel=1e-13)
+    xb, yb = load_breast_cancer(return_X_y=True)
+    pb = LogisticRegression(max_iter=5000).fit(xb[:, :5], yb).predict_proba(xb[:, :5])[:, 1]
+    pb[:3] = [0.0, 1.0, 0.5]  # exact 0 and 1: the 1e-12 clamp and log(1) = 0 (up to sklearn's 1 - eps)
+    assert M.categorical_nll(yb, pb) == pytest.approx(_former_categorical_nll(yb, pb), rel=1e-13)
+    assert M.categorical_nll([0, 0], [[1.0], [1.0]]) == 0.0  # a single class, as before
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the array validators of zoo.core.validation that the metrics use
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_array_validators_convert_and_pass_good_input():
+    from zoo.core import validation as V
+
+    assert V.to_numpy("x", torch.ones(2, dtype=torch.bfloat16)).dtype == np.float64
+    assert V.to_numpy("x", torch.tensor([1, 2])).dtype == np.int64
+    assert V.check_float_array("x", [1, 2]).dtype == np.float64
+    arr = np.zeros(3)
+    assert V.check_shape("x", arr, (3,), "ref") is arr
+    assert V.check_broadcastable("x", np.ones(1), (3,), "ref").shape == (3,)
+    assert V.check_draws("loc", np.zeros((4, 3)), (3,)).shape == (4, 3)
+    assert V.check_positive_array("x", np.ones(2)) is not None
+    np.testing.assert_array_equal(V.check_labels("y", [True, False]), [1, 0])
+    np.testing.assert_array_equal(V.check_labels("y", [2.0, 0.0]), [2, 0])
+    np.testing.assert_array_equal(V.check_class_probs("p", [0.25, 1.0], 2), [[0.75, 0.25], [0.0, 1.0]])
+    np.testing.assert_array_equal(V.check_bool_array("m", [0.0, 1.0]), [False, True])
+    assert V.check_level("level", np.float32(0.5)) == 0.5
+    assert V.check_level("threshold", 1, allow_one=True) == 1.0
+    assert V.check_count("n", np.int64(3), minimum=1) == 3
+    assert V.check_probability("alpha_reg", 1.0, allow_one=True) == 1.0
+    assert V.check_bool("flag", True) is True
+
+
+ARRAY_CHECKS = [
+    ("none", lambda V: V.to_numpy("x", None), "x"),
+    ("complex", lambda V: V.to_numpy("x", torch.ones(2, dtype=torch.complex64)), "x"),
+    ("ragged", lambda V: V.to_numpy("x", [[1.0], [1.0, 2.0]]), "x"),
+    ("non-numeric", lambda V: V.check_float_array("x", ["a"]), "x"),
+    ("too-few-dims", lambda V: V.check_float_array("x", 1.0, min_ndim=1), "x"),
+    ("empty", lambda V: V.check_float_array("x", []), "x"),
+    ("nan", lambda V: V.check_float_array("x", [np.nan]), "x"),
+    ("shape", lambda V: V.check_shape("x", np.zeros(2), (3,), "ref"), "x"),
+    ("broadcast-enlarges", lambda V: V.check_broadcastable("x", np.zeros((3, 1)), (3,), "ref"), "x"),
+    ("broadcast-fails", lambda V: V.check_broadcastable("x", np.zeros(2), (3,), "ref"), "x"),
+    ("draws", lambda V: V.check_draws("loc", np.zeros((2, 4)), (3,)), "loc"),
+    ("positive", lambda V: V.check_positive_array("var", np.array([1.0, 0.0])), "var"),
+    ("labels-2d", lambda V: V.check_labels("y", np.zeros((2, 2), dtype=int)), "y"),
+    ("labels-empty", lambda V: V.check_labels("y", np.zeros(0, dtype=int)), "y"),
+    ("labels-fraction", lambda V: V.check_labels("y", [0.5]), "y"),
+    ("labels-inf", lambda V: V.check_labels("y", [np.inf]), "y"),
+    ("labels-strings", lambda V: V.check_labels("y", ["a"]), "y"),
+    ("label-range", lambda V: V.check_label_range("y", np.array([0, 3]), 3), "y"),
+    ("probs-rows", lambda V: V.check_class_probs("probs", np.ones((2, 2)) / 2, 3), "probs"),
+    ("probs-3d", lambda V: V.check_class_probs("probs", np.ones((2, 2, 1)), 2), "probs"),
+    ("probs-range", lambda V: V.check_class_probs("probs", [1.5, 0.5], 2), "probs"),
+    ("probs-sum", lambda V: V.check_class_probs("probs", [[0.5, 0.6]], 1), "probs"),
+    ("bool-values", lambda V: V.check_bool_array("m", [0.5]), "m"),
+    ("bool-dtype", lambda V: V.check_bool_array("m", ["a"]), "m"),
+    ("level-zero", lambda V: V.check_level("level", 0.0), "level"),
+    ("level-one", lambda V: V.check_level("level", 1.0), "level"),
+    ("level-string", lambda V: V.check_level("level", "high"), "level"),
+    ("threshold-big", lambda V: V.check_level("threshold", 1.5, allow_one=True), "threshold"),
+    ("count-float", lambda V: V.check_count("n_bins", 2.5, minimum=1), "n_bins"),
+    ("count-bool", lambda V: V.check_count("n_bins", True, minimum=1), "n_bins"),
+    ("count-small", lambda V: V.check_count("ddof", -1), "ddof"),
+]
+
+
+@pytest.mark.parametrize(
+    "call, name", [(c, n) for _, c, n in ARRAY_CHECKS], ids=[i for i, _, _ in ARRAY_CHECKS]
+)
+def test_array_validators_raise_value_error_naming_the_argument(call, name):
+    from zoo.core import validation as V
+
+    with pytest.raises(ValueError, match=rf"^`{name}`"):
+        call(V)
+
+
+def test_scalar_validators_added_for_the_builders():
+    from zoo.core.validation import check_bool, check_probability
+
+    with pytest.raises(TypeError, match="^fan_in_scaling"):
+        check_bool("fan_in_scaling", 1)
+    with pytest.raises(ValueError, match=r"^alpha_reg must lie in \(0, 1\]"):
+        check_probability("alpha_reg", 1.5, allow_one=True)
+    with pytest.raises(ValueError, match=r"^delta must lie in \(0, 1\)"):
+        check_probability("delta", 1.0)

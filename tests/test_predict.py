@@ -135,3 +135,21 @@ def test_custom_guide_predictive_gets_kwargs_and_target_scaling():
     with pytest.raises(TypeError, match="unexpected"):
         res.guide = type(res.guide).__mro__[1](res.model).double()
         predict(res, x[:4], mode="b")
+
+
+def test_posterior_samples_skip_subsample_sites():
+    """A subsampled plate records its indices as a sample site (``site_is_subsample``): not a latent."""
+    import pyro
+    import pyro.distributions as dist
+
+    from zoo.infer.result import FitResult
+
+    m, _, _ = build("mfvi-bnn", 2, 1, "regression", hidden=[3])
+
+    def guide(x, y=None, subsample=None):
+        with pyro.plate("locals", 10, subsample_size=4, dim=-1):
+            pass
+        pyro.sample("z", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+
+    draws = posterior_samples(FitResult(model=m, guide=guide), 6)
+    assert set(draws) == {"z"} and draws["z"].shape == (6, 3)

@@ -6,7 +6,8 @@ Model (a zoo :class:`~zoo.core.model.BayesianModel`: ``MLP(d, hidden=(), 1, bias
     w ~ N(0, s0^2 I_d),   sigma2 ~ IG(a0, b0),   y_n | w, sigma2 ~ N(x_n^T w, sigma2).
 
 Family ``q(w) q(sigma2)`` with ``q(w) = N(m, S)``, ``q(sigma2) = IG(a, b)``.  Coordinate updates
-(Bishop 2006 §10.1.3 / Ormerod & Wand 2010 Algorithm 1)::
+(Bishop 2006, *Pattern Recognition and Machine Learning*, §10.1.3; Ormerod & Wand 2010, "Explaining
+Variational Approximations", The American Statistician 64, Algorithm 1)::
 
     S = (E[1/sigma2] X^T X + I / s0^2)^{-1},   m = E[1/sigma2] S X^T y,
     a = a0 + N/2,                              b = b0 + (||y - X m||^2 + tr(X^T X S)) / 2,
@@ -27,6 +28,7 @@ from zoo.core.architectures import MLP
 from zoo.core.gaussian import GaussianPrior
 from zoo.core.guide import ClosedFormGuide
 from zoo.core.likelihoods import GaussianLikelihood
+from zoo.core.model import BayesianModel
 from zoo.ops.expectations import (
     LOG_2PI,
     expected_log_inverse_gamma,
@@ -39,7 +41,7 @@ from zoo.ops.expectations import (
 __all__ = ["LinearRegressionCAVIGuide"]
 
 
-def _check_model(model) -> tuple[GaussianPrior, GaussianLikelihood]:
+def _check_model(model: BayesianModel) -> tuple[GaussianPrior, GaussianLikelihood]:
     arch = getattr(model, "architecture", None)
     ok = (
         isinstance(arch, MLP)
@@ -59,9 +61,17 @@ def _check_model(model) -> tuple[GaussianPrior, GaussianLikelihood]:
 
 
 class LinearRegressionCAVIGuide(ClosedFormGuide):
+    """Mean-field CAVI guide ``q(w) q(sigma2)`` of Bayesian linear regression (module docstring).
+
+    Usage::
+
+        model, guide, _ = zoo.experiments.registry.build("blr-cavi", d, 1, "regression")
+        fit(model, guide, x, y, steps=200, tol=1e-10, batch_size=None)
+    """
+
     uses_gradients = False
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: BayesianModel) -> None:
         super().__init__()
         _check_model(model)
         d = model.architecture.in_features
@@ -85,7 +95,9 @@ class LinearRegressionCAVIGuide(ClosedFormGuide):
         xl = x @ self.scale_tril
         return r @ r + (xl * xl).sum()
 
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         if subsample is not None:
             raise ValueError("subsample: LinearRegressionCAVIGuide runs full-batch CAVI (batch_size=None)")
         if y is None:
@@ -105,7 +117,9 @@ class LinearRegressionCAVIGuide(ClosedFormGuide):
         self.a.copy_(lik.concentration + 0.5 * x.shape[0])
         self.b.copy_(lik.rate + 0.5 * self.expected_sq_residual(x, y))
 
-    def closed_form_elbo(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> float:
+    def closed_form_elbo(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> float:
         prior, lik = _check_model(model)
         n, d = x.shape
         _, e_prec, e_log_s2 = inverse_gamma_moments(self.a, self.b)

@@ -1,25 +1,27 @@
-"""Guides for the collapsed variational bounds of paper 002 (Tomczak et al. 2021), two equivalent ways.
+"""Guides for the collapsed variational bounds of Tomczak, Swaroop, Foong & Turner 2021 ("Collapsed
+Variational Bounds for Bayesian Neural Networks", NeurIPS 34; OpenReview ykN3tbJ0qmX), two equivalent ways.
 
 Both fit a mean-field Gaussian ``q(w_d) = N(mu_d, sigma_d^2)`` over every weight and bias (locations at
 LeCun-normal draws, biases at 0, ``log sigma^2`` at ``init_logvar = -7``, Table 4) by gradient steps,
-with the model's :class:`~zoo.families.collapsed.prior.CollapsedPrior`.  Any other latent site of the model (e.g.
-the Gaussian likelihood's ``sigma2``) gets an :class:`~pyro.infer.autoguide.AutoNormal` factor.
+with the model's :class:`~zoo.families.collapsed.prior.CollapsedPrior`.  Any other latent site of the
+model (e.g. the Gaussian likelihood's ``sigma2``) gets an :class:`~pyro.infer.autoguide.AutoNormal` factor.
 
-* :class:`CollapsedBoundGuide` (note §11 option A, the default): the collapsed bound
-  ``L* = E_q log p(D|W) − Σ_d P(mu_d, sigma_d^2)`` (Eq. 29 / note §4.4) *directly*.  The prior is put in
-  its marginal parameterization; the guide adds the factor ``P + log p(w) − log q(w)`` so that under
+* :class:`CollapsedBoundGuide` (the default): the collapsed bound
+  ``L* = E_q log p(D|W) − Σ_d P(mu_d, sigma_d^2)`` (App. B, Eq. 29; CMV: Eq. 74) *directly*.  The prior
+  is put in its marginal parameterization; the guide adds the factor ``P + log p(w) − log q(w)`` so that under
   ``Trace_ELBO`` the model's Monte Carlo ``log p(w) − log q(w)`` cancels exactly (same draw) and the
   loss is ``−E_q log p(D|W) + Σ P`` (plus the ordinary ELBO terms of the other latents).  Works with
   :func:`zoo.infer.loop.fit` (default ``Trace_ELBO``), prediction, checkpoints and ArviZ export.
-* :class:`HierarchicalCollapsedGuide` (note §11 option B, the CAVI view): the prior is put in its
+* :class:`HierarchicalCollapsedGuide` (the CAVI view): the prior is put in its
   hierarchical parameterization and the guide adds the hyper-latent factors ``q(mu_p, tau_p)``, held as
   buffers at their analytic optimum ``q*`` given ``q(w)`` (Eqs. 19, 36, 50) and reset in
   :meth:`~HierarchicalCollapsedGuide.closed_form_update` after each gradient step.  Since the update
-  runs right after every step, ``q(theta) = q*(q(w))`` at every gradient evaluation, and by the
-  envelope argument (note §2) the expected gradient equals the collapsed bound's; the estimator only
-  has extra Monte Carlo noise from the hyper-latents.
+  runs right after every step, ``q(theta) = q*(q(w))`` at every gradient evaluation, and since ``q*``
+  maximizes the ELBO over ``q(theta)`` (Eq. 17) the envelope theorem makes the expected gradient equal to
+  the collapsed bound's; the estimator only has extra Monte Carlo noise from the hyper-latents.
 
-Both optionally learn ``alpha_reg`` (CM) / ``delta`` (CMV) per layer by maximizing the bound (note §6.3)
+Both optionally learn ``alpha_reg`` (CM) / ``delta`` (CMV) per layer by maximizing the bound
+(:func:`~zoo.families.collapsed.prior.optimal_alpha_reg`, :func:`~zoo.families.collapsed.prior.optimal_delta`)
 in ``closed_form_update`` when the prior has ``learn_hyper=True``.
 """
 
@@ -38,6 +40,7 @@ from torch import Tensor
 from guides.autoguides import init_to_lecun
 from zoo.core.architectures import ParamSpec
 from zoo.core.guide import ClosedFormGuide
+from zoo.core.model import BayesianModel
 from zoo.families.collapsed.prior import (
     CollapsedPrior,
     optimal_alpha_reg,
@@ -61,7 +64,7 @@ class _CollapsedBase(ClosedFormGuide):
 
     _hierarchical: bool = False
 
-    def __init__(self, model, init_logvar: float = -7.0, init_seed: int = 0) -> None:
+    def __init__(self, model: BayesianModel, init_logvar: float = -7.0, init_seed: int = 0) -> None:
         super().__init__()
         prior = getattr(model, "prior", None)
         if not isinstance(prior, CollapsedPrior):
@@ -107,7 +110,7 @@ class _CollapsedBase(ClosedFormGuide):
             out[s.name] = (pyro.sample(s.name, q), q)
         return out
 
-    def collapsed_penalty(self, model) -> Tensor:
+    def collapsed_penalty(self, model: BayesianModel) -> Tensor:
         """``Σ_d P(mu_d, sigma_d^2)``: the closed-form term replacing the KL in the collapsed bound."""
         prior: CollapsedPrior = model.prior
         total = None
@@ -116,7 +119,7 @@ class _CollapsedBase(ClosedFormGuide):
             total = p if total is None else total + p
         return total
 
-    # ---- hyper-parameter learning (note §6.3) ----
+    # ---- hyper-parameter learning (empirical Bayes on the collapsed bound) ----
     def _update_hyper(self, prior: CollapsedPrior) -> None:
         if not prior.learn_hyper:
             return
@@ -135,19 +138,21 @@ class _CollapsedBase(ClosedFormGuide):
                 value = optimal_delta(mus, var, prior.alpha, prior.beta, upper=upper)
             prior.set_layer_hyper(layer, value)
 
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         self._update_hyper(model.prior)
 
 
 class CollapsedBoundGuide(_CollapsedBase):
-    """The collapsed bound directly (note §11 option A): see the module docstring.
+    """The collapsed bound directly: see the module docstring.
 
     The guide keeps a reference to the model's prior so it can add ``P + log p(w) − log q(w)``.
     """
 
     _hierarchical = False
 
-    def __init__(self, model, init_logvar: float = -7.0, init_seed: int = 0) -> None:
+    def __init__(self, model: BayesianModel, init_logvar: float = -7.0, init_seed: int = 0) -> None:
         super().__init__(model, init_logvar, init_seed)
         self._prior = [model.prior]  # a list: not registered as a submodule (the model owns it)
 
@@ -165,7 +170,7 @@ class CollapsedBoundGuide(_CollapsedBase):
 
 
 class HierarchicalCollapsedGuide(_CollapsedBase):
-    """Hierarchical model + closed-form optimal hyper-posteriors as buffers (note §11 option B).
+    """Hierarchical model + closed-form optimal hyper-posteriors as buffers (the CAVI view).
 
     Buffers per spec (``<spec>`` with dots as underscores): CM ``<spec>_mu_loc``, ``<spec>_mu_var``
     (Eq. 19); CV ``<spec>_tau_conc``, ``<spec>_tau_rate`` (Eq. 50 with ``delta = 1``); CMV additionally
@@ -174,7 +179,7 @@ class HierarchicalCollapsedGuide(_CollapsedBase):
 
     _hierarchical = True
 
-    def __init__(self, model, init_logvar: float = -7.0, init_seed: int = 0) -> None:
+    def __init__(self, model: BayesianModel, init_logvar: float = -7.0, init_seed: int = 0) -> None:
         super().__init__(model, init_logvar, init_seed)
         self._prior = [model.prior]
         prior: CollapsedPrior = model.prior
@@ -195,7 +200,9 @@ class HierarchicalCollapsedGuide(_CollapsedBase):
             out.update(mu_loc=m, mu_prec=prec)
         return out
 
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         """Learn the hyper-parameters (if enabled), then set every ``q(mu_p, tau_p)`` to its optimum."""
         self._update_hyper(model.prior)
         with torch.no_grad():

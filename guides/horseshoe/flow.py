@@ -1,5 +1,5 @@
-"""The z-flow of paper 003 (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.15470 §3.2, Eqs. 5-11) on the
-node-wise horseshoe BNN of paper 004 (Ghosh, Yao & Doshi-Velez 2019, arXiv:1806.05975)."""
+"""The z-flow of paper 003 (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395 §3.2, Eqs. 5-11) on the
+node-wise horseshoe BNN of paper 004 (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
     :class:`guides.horseshoe.factorized.HorseshoeGuide` after each gradient step.
 
     The objective is the auxiliary bound (Eqs. 9-10) by Monte Carlo under ``Trace_ELBO``: paper 004's
-    local-reparameterization ELBO with analytic prior/entropy terms (App. A.2) assumes a Gaussian
-    ``q(β)`` and is refused here (``lrt_forward`` / ``expected_log_prior_plus_entropy`` raise).
+    local-reparameterization ELBO with analytic prior/entropy terms (§4.2, App. A.2) assumes a Gaussian
+    ``q(β)`` and is refused here (``supports_lrt = False``: :class:`guides.horseshoe.lrt.HorseshoeLRTELBO`,
+    ``lrt_forward`` and ``expected_log_prior_plus_entropy`` raise ``ValueError``).
     Pruning (``prune_probabilities``, §4.3) depends only on the scales and is unchanged; ``mean_rows`` and
     weight-space draws include ``z``.
     """
@@ -38,7 +39,8 @@ class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
     def __init__(self, model: BayesianModel, **kwargs) -> None:
         """``kwargs``: the z-flow options of :class:`LBBNNFlowGuide` (``flow_hidden``, ``num_steps``,
         ``reverse_steps``, ``sigmoid_bias``, ``init_z_loc``, ``init_z_logvar``, ``init_reverse_scale``; same
-        defaults) and those of :class:`guides.horseshoe.factorized.HorseshoeGuide` (``init_sd``, ``init_scales``)."""
+        defaults) and those of :class:`guides.horseshoe.factorized.HorseshoeGuide` (``init_sd``,
+        ``init_scales``)."""
         zflow = {k: kwargs.pop(k, v) for k, v in ZFLOW_DEFAULTS.items()}
         super().__init__(model, **kwargs)
         if self.centered:
@@ -75,9 +77,6 @@ class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
         """``-Σ log κ - log r(z | β)`` of layer ``i`` (Eq. 10), ``r`` on the sampled weight part of ``β``."""
         z, self._zcur = self._zcur, None
         self.add_zflow_factor(i, self._zspecs[i], z, layer.split(rows)[self._zspecs[i].name])
-
-    def lrt_forward(self, model, x: Tensor):
-        raise ValueError("the horseshoe z-flow guide trains with Trace_ELBO (no local reparameterization)")
 
     def expected_log_prior_plus_entropy(self) -> Tensor:
         raise ValueError("the horseshoe z-flow guide has no closed-form prior/entropy terms (q(β) is a flow)")

@@ -1,5 +1,6 @@
-"""The structured horseshoe family: matrix-normal weight-scale coupling (paper 004 §4.1.2, Table 1,
-App. A.1-A.2; note §3.4, §4.4).
+"""The structured horseshoe family: matrix-normal weight-scale coupling (Ghosh, Yao & Doshi-Velez 2019,
+"Model selection in Bayesian neural networks via horseshoe priors", arXiv:1705.10388, §4.1.2, Table 1,
+§4.2.1, App. A.1-A.2).
 
 Per hidden layer, with ``F`` per-unit entries and ``K`` units, stack each unit's weights and its own log
 scale ``nu_k = ln tau^2_k`` into ``t_k = [beta_k; nu_k]`` (``F + 1`` entries, our row ``k`` = the paper's
@@ -7,7 +8,7 @@ column ``k``).  The family is the matrix normal ``MN(M, U, V)`` with ``U = Psi +
 ``h`` a vector, both ``F + 1``) and ``V`` diagonal (``K``), i.e. independent units with
 ``t_k ~ N(m_k, V_kk (Psi + h h^T))``: each unit's weights co-vary with its own log-scale.
 
-Sampling follows the exact factorization ``q(nu) q(beta | nu)`` (App. A.1; note §10.1), which maps one to
+Sampling follows the exact factorization ``q(nu) q(beta | nu)`` (§4.2.1, App. A.1), which maps one to
 one onto the prior's sites ``p.tau2`` and ``p.beta``::
 
     nu_k ~ N(M_k,nu, V_kk (Psi_nu + h_nu^2))                         (site p.tau2 = exp(nu), log-normal)
@@ -16,17 +17,17 @@ one onto the prior's sites ``p.tau2`` and ``p.beta``::
 
 Entropy (App. A.2, matrix determinant lemma): ``H = (mn/2) ln(2 pi e) + (m/2) sum ln V + (n/2) ln|U|``,
 ``ln|U| = ln(1 + h^T Psi^-1 h) + sum ln Psi`` (``m = F + 1``, ``n = K``), plus the Jacobian ``sum_k E[nu_k]``
-because the prior density is on ``tau^2`` (note §4.2).  After every gradient step ``Psi``, ``V`` and ``h``
-are projected onto the l2 unit ball, ``x <- x / max(1, ||x||)`` (§4.2.2; note errata 14), and the
-auxiliaries get the fixed-point update with the marginal ``q(nu_k)``.  The output layer keeps the
-factorized Gaussian with the ``kappa`` scale (note errata 15).
+because the prior density is on ``tau^2``.  After every gradient step ``Psi``, ``V`` and ``h`` are each
+projected onto the l2 unit ball, ``x <- x / max(1, ||x||)`` (§4.2.2: the paper restricts them to the unit
+ball without saying how; we project), and the auxiliaries get the fixed-point update with the marginal
+``q(nu_k)``.  The output layer keeps the factorized Gaussian with the ``kappa`` scale (the paper does not
+say which family the output layer gets).
 """
 
 from __future__ import annotations
 
 import math
 
-import pyro
 import pyro.distributions as dist
 import torch
 from torch import Tensor
@@ -103,10 +104,6 @@ class StructuredHorseshoeGuide(HorseshoeGuide):
         cov_diag = v[:, None] * psi[:-1][None, :]
         return loc, cov_factor, cov_diag
 
-    def _sample_tau2(self, i: int, layer: HSLayer) -> Tensor:
-        mu, var = self._tau_marginal(i)
-        return pyro.sample(f"{layer.prefix}.tau2", dist.LogNormal(mu, var.sqrt()).to_event(1))
-
     def _rows_distribution(self, i: int, layer: HSLayer, tau2: Tensor | None) -> dist.Distribution:
         if layer.output:
             return super()._rows_distribution(i, layer, tau2)
@@ -121,7 +118,9 @@ class StructuredHorseshoeGuide(HorseshoeGuide):
         return matrix_normal_entropy(psi, h, v) + m[:, -1].sum()
 
     def _lrt_hidden(self, i: int, a: Tensor, tau2: Tensor) -> tuple[Tensor, Tensor]:
-        """Eq. 7 with the exact conditional (note §4.4 recipe, steps 3-5)."""
+        """Eq. 7 with the exact conditional ``q(beta | nu)`` of App. A.1: mean
+        ``a^T M_beta + (a^T h_beta) r``, variance ``(a^T Psi_beta a + s (a^T h_beta)^2) V`` (two inner
+        products per row, §4.2.3)."""
         m, psi, h, v = self._parts(i)
         nu = torch.log(tau2.clamp_min(torch.finfo(tau2.dtype).tiny))
         denom = psi[-1] + h[-1] ** 2

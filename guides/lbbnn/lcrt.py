@@ -1,26 +1,29 @@
-"""LBBNN-LCRT (paper 003 §4, note ``003_lbbnn_flows.md`` §2.4): the mean-field spike-and-slab family of
+"""LBBNN-LCRT (Skaaret-Lund, Storvik & Hubin 2023, "Sparsifying Bayesian neural networks with latent binary
+variables and normalizing flows", arXiv:2305.03395, §4): the mean-field spike-and-slab family of their
 Eq. (4) trained with the *local reparametrization trick* — pre-activations, not weights, are sampled.
 
-**Family.**  Identical to :class:`guides.lbbnn.meanfield.MeanFieldLBBNNGuide` (Eq. 4): ``q(γ_ij) = Bern(α_ij)``,
-``α = sigmoid(λ)``, ``q(w_ij | γ_ij = 1) = N(μ_ij, σ_ij²)``, ``σ = softplus(ρ)``, biases ``N(μ_b, σ_b²)``.
+**Family.**  Identical to :class:`guides.lbbnn.meanfield.MeanFieldLBBNNGuide` (Eq. 4):
+``q(γ_ij) = Bern(α_ij)``, ``α = sigmoid(λ)``, ``q(w_ij | γ_ij = 1) = N(μ_ij, σ_ij²)``, ``σ = softplus(ρ)``,
+biases ``N(μ_b, σ_b²)``.
 
-**Sampler** (note §2.4, unnumbered equations).  For a layer input ``o`` the pre-activation
+**Sampler** (§4, unnumbered equations).  For a layer input ``o`` the pre-activation
 ``h_j = Σ_i o_i γ_ij w_ij + b_j`` is drawn from the Gaussian with its *exact* first two moments::
 
     E[h]   = o @ (α ⊙ μ)ᵀ + μ_b,     Var[h] = o² @ (α ⊙ (σ² + (1 - α) μ²))ᵀ + σ_b²
 
 (two matmuls per layer, :func:`lcrt_moments`), one ``ε ~ N(0, 1)`` per datum and unit.  γ is never
 relaxed: α gets its gradient through the mean and the variance.  The KL is the analytic spike-and-slab KL
-(note §2.4 = §2.6 of note 001, :func:`zoo.families.lbbnn.prior.spike_slab_kl`) plus the Gaussian bias KL.
-The flow variants (:mod:`guides.flows.zflow`) pass a multiplicative ``z`` (Eq. 5): ``μ -> z_i μ_ij``.
+of §3.2 (:func:`zoo.families.lbbnn.prior.spike_slab_kl`) plus the Gaussian bias KL.  The flow variants
+(:mod:`guides.flows`) pass a multiplicative ``z`` (Eq. 5): ``μ -> z_i μ_ij``.
 
 **How it fits Pyro (the design choice).**  What LCRT samples (``h``) is not a latent site of the model,
 whose sites are the weight-space ``fc{l}.weight.gamma`` / ``fc{l}.weight.slab`` / ``fc{l}.bias``.  We keep
-the model untouched and *intercept the architecture's per-layer affine map*: :class:`LCRTMessenger` is a
-Pyro messenger that, while active, shadows ``MLP.linear(h, weight, bias, layer)`` of the model's
-architecture (instance attribute, restored on exit) with the guide's :meth:`LCRTLBBNNGuide.lcrt_linear`,
-and tells the guide it is in LCRT mode.  :class:`LCRT_ELBO` is ``Trace_ELBO`` that runs guide and model
-inside that messenger.  In LCRT mode the guide
+the model untouched and *intercept the architecture's per-layer affine map* with the zoo's one
+local-reparameterization messenger, :class:`zoo.ops.local_reparam.LocalReparameterization`:
+:class:`LCRTMessenger` builds it with the guide's :meth:`LCRTLinearMixin.lcrt_linear` as the sampler, the
+weight-space sites as masked sites, and the guide's per-run cache of moments opened on entry (LCRT mode)
+and closed on exit.  :class:`LCRT_ELBO` is ``Trace_ELBO`` run inside that messenger
+(:class:`zoo.infer.elbo.HandledELBO`).  In LCRT mode the guide
 
 * emits its weight/bias sites as masked point values (zeros: nothing reads them — the intercepted
   ``linear`` ignores its ``weight``/``bias`` arguments), whose model-side prior scores the messenger masks
@@ -37,7 +40,7 @@ exact Bernoulli γ (straight-through binary-Concrete gradient, as the mean-field
 ``w | γ``; the ELBO is then the exact (not CLT-approximated) ELBO of Eq. (3) for that q.  Hence prediction
 and export always see genuine ``(γ, w)`` draws, and a model trained with ``LCRT_ELBO`` predicts through the
 same parameters.  ``fit_lcrt`` trains with ``LCRT_ELBO``; ``zoo fit lbbnn --guide lcrt`` (which uses the
-core's default ``Trace_ELBO``) trains the same family by weight-space sampling.
+guide's ``default_loss()``) does too.
 """
 
 from __future__ import annotations
@@ -45,19 +48,27 @@ from __future__ import annotations
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro.infer import Trace_ELBO
-from pyro.poutine.messenger import Messenger
 from torch import Tensor
 
-from guides.lbbnn.meanfield import InclusionConcrete, MeanFieldLBBNNGuide, SlabGivenInclusion
+from guides.lbbnn.distributions import InclusionConcrete, SlabGivenInclusion
+from guides.lbbnn.meanfield import MeanFieldLBBNNGuide
 from zoo.core.architectures import MLP, ParamSpec
 from zoo.core.model import BayesianModel
 from zoo.families.lbbnn.prior import gaussian_kl, spike_slab_kl
+from zoo.infer.elbo import HandledELBO
 from zoo.infer.loop import FitResult, fit
+from zoo.ops.local_reparam import LocalReparameterization, gaussian_preactivation
 
-__all__ = ["lcrt_moments", "LCRTMessenger", "LCRT_ELBO", "LCRTLinearMixin", "LCRTLBBNNGuide", "fit_lcrt"]
-
-_VAR_FLOOR = 1e-12  # note §5.1: clamp the LCRT variance before the square root
+__all__ = [
+    "lcrt_moments",
+    "weight_space_sites",
+    "LCRTMessenger",
+    "LCRT_ELBO",
+    "point_site",
+    "LCRTLinearMixin",
+    "LCRTLBBNNGuide",
+    "fit_lcrt",
+]
 
 
 def lcrt_moments(
@@ -69,12 +80,13 @@ def lcrt_moments(
     logit_alpha: Tensor | None = None,
     z: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Exact ``E[h]``, ``Var[h]`` of ``h_j = Σ_i o_i γ_ij w_ij + b_j`` (note §2.4; §2.5 with ``z``).
+    """Exact ``E[h]``, ``Var[h]`` of ``h_j = Σ_i o_i γ_ij w_ij + b_j`` (arXiv:2305.03395 §4; with ``z`` the
+    flow version of the same section).
 
     Weights are stored ``(out, in)``: ``loc``/``scale``/``logit_alpha`` ``(out, in)``, ``o`` ``(..., in)``,
     ``z`` ``(in,)`` (one multiplier per *input* unit, Eq. 5).  ``logit_alpha=None`` is the dense case
-    ``α ≡ 1`` (BNN / BNN-FLOW, note §2.2, §2.6).  Per weight ``E[γw] = α zμ`` and
-    ``Var[γw] = α(σ² + (1 - α) z²μ²)``; two matmuls per layer.
+    ``α ≡ 1`` (BNN / BNN-FLOW).  Per weight ``E[γw] = α zμ`` and ``Var[γw] = α(σ² + (1 - α) z²μ²)``; two
+    matmuls per layer.
     """
     m = loc if z is None else loc * z.unsqueeze(-2)
     s2 = scale**2
@@ -91,71 +103,64 @@ def lcrt_moments(
     return mean, var
 
 
-class LCRTMessenger(Messenger):
-    """While active: the architecture's ``linear(h, weight, bias, layer)`` returns the guide's LCRT
-    sample of the pre-activation, the guide runs in LCRT mode, and the scores of the weight-space sites
-    (``fc{l}.weight[.gamma|.slab]``, ``fc{l}.bias``; point values in LCRT mode) are masked (module docstring).
+def weight_space_sites(architecture: MLP) -> frozenset[str]:
+    """The model's weight-space sites of ``architecture`` (``name``, ``name.gamma``, ``name.slab`` per
+    parameter): their scores are constants under the LCRT sampler."""
+    names: set[str] = set()
+    for spec in architecture.param_specs():
+        names.update((spec.name, f"{spec.name}.gamma", f"{spec.name}.slab"))
+    return frozenset(names)
+
+
+class LCRTMessenger(LocalReparameterization):
+    """:class:`~zoo.ops.local_reparam.LocalReparameterization` for an LCRT-capable guide: while active,
+    the architecture's ``linear(h, weight, bias, layer)`` returns ``guide.lcrt_linear(h, layer)``, the guide
+    runs in LCRT mode (its ``_lcrt_cache`` is open), and the scores of the weight-space sites
+    (:func:`weight_space_sites`; point values in LCRT mode) are masked (module docstring).
 
     ``guide`` must provide ``lcrt_linear(h, layer)`` and a ``_lcrt_cache`` attribute (``None`` outside
-    LCRT mode).  Usable as a context manager or as ``LCRTMessenger(guide, arch)(fn)``.
+    LCRT mode).  Re-entrant; usable as a context manager or as ``LCRTMessenger(guide, arch)(fn)``.
     """
 
     def __init__(self, guide, architecture: MLP) -> None:
-        super().__init__()
         if not callable(getattr(guide, "lcrt_linear", None)):
             raise TypeError(f"guide must implement lcrt_linear(h, layer), got {type(guide).__name__}")
         if not isinstance(architecture, MLP):
             raise TypeError(f"architecture must be a zoo MLP, got {type(architecture).__name__}")
+        super().__init__(
+            architecture,
+            guide.lcrt_linear,
+            weight_space_sites(architecture),
+            on_enter=self._open_cache,
+            on_exit=self._close_cache,
+        )
         self.guide = guide
-        self.architecture = architecture
-        self._saved: list = []
-        names: set[str] = set()
-        for spec in architecture.param_specs():
-            names.update((spec.name, f"{spec.name}.gamma", f"{spec.name}.slab"))
-        self._weight_sites = frozenset(names)
+        self._caches: list = []
 
-    def _pyro_sample(self, msg) -> None:
-        # weight-space sites carry point values nobody reads in LCRT mode; their scores are constants
-        if msg["name"] in self._weight_sites:
-            msg["fn"] = msg["fn"].mask(False)
-
-    def _linear(self, h: Tensor, weight: Tensor, bias: Tensor | None, layer: int) -> Tensor:
-        return self.guide.lcrt_linear(h, layer)
-
-    def __enter__(self):
-        arch = self.architecture
-        self._saved.append((arch.__dict__.get("linear"), self.guide._lcrt_cache))
-        arch.__dict__["linear"] = self._linear
+    def _open_cache(self) -> None:
+        self._caches.append(self.guide._lcrt_cache)
         self.guide._lcrt_cache = {}
-        return super().__enter__()
 
-    def __exit__(self, exc_type, exc_value, traceback):
-        prev_linear, prev_cache = self._saved.pop()
-        if prev_linear is None:
-            self.architecture.__dict__.pop("linear", None)
-        else:
-            self.architecture.__dict__["linear"] = prev_linear
-        self.guide._lcrt_cache = prev_cache
-        return super().__exit__(exc_type, exc_value, traceback)
+    def _close_cache(self) -> None:
+        self.guide._lcrt_cache = self._caches.pop()
 
 
-class LCRT_ELBO(Trace_ELBO):
+class LCRT_ELBO(HandledELBO):
     """``Trace_ELBO`` whose guide and model run inside :class:`LCRTMessenger` (pre-activations sampled).
 
     Particles are drawn sequentially (``vectorize_particles`` is not supported: one ``z``/``ε`` per pass).
     """
 
     def __init__(self, num_particles: int = 1) -> None:
-        super().__init__(num_particles=num_particles, max_plate_nesting=1, vectorize_particles=False)
+        super().__init__(num_particles=num_particles, max_plate_nesting=1)
 
-    def _get_trace(self, model, guide, args, kwargs):
+    def handler(self, model, guide) -> LCRTMessenger:
         if not isinstance(model, BayesianModel):
             raise TypeError(f"model must be a zoo BayesianModel, got {type(model).__name__}")
-        with LCRTMessenger(guide, model.architecture):
-            return super()._get_trace(model, guide, args, kwargs)
+        return LCRTMessenger(guide, model.architecture)
 
 
-def _point_site(name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+def point_site(name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
     """A masked zero value for a site that LCRT does not sample (:class:`LCRTMessenger` masks the model's
     score of it)."""
     zeros = torch.zeros((), dtype=like.dtype, device=like.device).expand(shape)
@@ -173,7 +178,8 @@ class LCRTLinearMixin:
     _lcrt_cache: dict | None = None
 
     def default_loss(self) -> LCRT_ELBO:
-        """The training objective ``zoo fit`` uses for this guide (see :func:`zoo.experiments.runs.fit_on_dataset`)."""
+        """The training objective ``zoo fit`` uses for this guide (read by
+        :func:`zoo.experiments.runs.fit_on_dataset`)."""
         return LCRT_ELBO()
 
     @property
@@ -190,19 +196,20 @@ class LCRTLinearMixin:
         return lcrt_moments(o, c["loc"], c["scale"], b[0], b[1], logit_alpha=c["logits"], z=c["z"])
 
     def lcrt_linear(self, h: Tensor, layer: int) -> Tensor:
-        """One LCRT draw ``E[h] + sqrt(Var[h]) ε`` of the layer's pre-activation (note §2.4)."""
-        mean, var = self.layer_moments(h, layer)
-        return mean + var.clamp_min(_VAR_FLOOR).sqrt() * torch.randn_like(mean)
+        """One LCRT draw ``E[h] + sqrt(Var[h]) ε`` of the layer's pre-activation (arXiv:2305.03395 §4;
+        the variance floored at :data:`zoo.ops.local_reparam.VAR_FLOOR`)."""
+        return gaussian_preactivation(*self.layer_moments(h, layer))
 
 
 class LCRTLBBNNGuide(LCRTLinearMixin, MeanFieldLBBNNGuide):
-    """LBBNN-LCRT guide (note §2.4); the family, prediction modes and MPM report of the mean-field guide.
+    """LBBNN-LCRT guide (arXiv:2305.03395 §4); the family, prediction modes and MPM report of the
+    mean-field guide.
 
     Subclasses may scale the slab means by a multiplicative latent (:meth:`layer_z`, Eq. 5).
     Only the closed-form KL is supported (LCRT never materializes (γ, w), so there is no MC KL).
 
     :param init_logit: range of the uniform initialization of ``λ`` (the reference code uses
-        ``(-15, 10)``, which saturates α, note §5.1; the default keeps the mean-field guide's ``(0, 1)``).
+        ``(-15, 10)`` on MNIST, which saturates α; the default keeps the mean-field guide's ``(0, 1)``).
     """
 
     def __init__(self, model: BayesianModel, init_logit: tuple[float, float] = (0.0, 1.0), **kwargs) -> None:
@@ -231,7 +238,6 @@ class LCRTLBBNNGuide(LCRTLinearMixin, MeanFieldLBBNNGuide):
         return logits.detach() if bool(self.structure_frozen) else logits
 
     def _layer_sites(self, g: int, spec: ParamSpec, psi: Tensor, s2: Tensor) -> None:
-        prior = self.model.prior
         logits = self._logits(g, spec)
         loc, scale = self.slab_params(spec)
         z = self.layer_z(g, spec)
@@ -241,25 +247,26 @@ class LCRTLBBNNGuide(LCRTLinearMixin, MeanFieldLBBNNGuide):
         psi_v = psi if psi.dim() == 0 else psi.reshape(*psi.shape, *([1] * n))
         kl = spike_slab_kl(logits, zloc, scale, psi_v, s2_v).sum((-1, -2))
         if self.lcrt_mode:  # the messenger masks the model's scores of these point values
-            gamma = _point_site(f"{spec.name}.gamma", spec.shape, loc)
-            theta = _point_site(f"{spec.name}.slab", spec.shape, loc)
+            point_site(f"{spec.name}.gamma", spec.shape, loc)
+            point_site(f"{spec.name}.slab", spec.shape, loc)
             self._lcrt_cache[spec.layer] = {"logits": logits, "loc": loc, "scale": scale, "z": z}
             pyro.factor(f"{spec.name}.kl", kl, has_rsample=True)
-        else:
-            qg = InclusionConcrete(logits, self.temperature, self.straight_through).to_event(n)
-            gamma = pyro.sample(f"{spec.name}.gamma", qg.mask(False))
-            qt = SlabGivenInclusion(gamma, zloc, scale, s2_v.sqrt()).to_event(n)
-            theta = pyro.sample(f"{spec.name}.slab", qt.mask(False))
-            if not self._prior_masked:  # cancel the model's score (plain Trace_ELBO)
-                kl = kl + prior.log_density(spec, gamma, theta, psi, s2)
-            pyro.factor(f"{spec.name}.kl", kl, has_rsample=True)
-        self.layer_done(g, spec, z, None if self.lcrt_mode else gamma, None if self.lcrt_mode else theta)
+            self.layer_done(g, spec, z, None, None)
+            return
+        qg = InclusionConcrete(logits, self.temperature, self.straight_through).to_event(n)
+        gamma = pyro.sample(f"{spec.name}.gamma", qg.mask(False))
+        qt = SlabGivenInclusion(gamma, zloc, scale, s2_v.sqrt()).to_event(n)
+        theta = pyro.sample(f"{spec.name}.slab", qt.mask(False))
+        if not self._prior_masked:  # cancel the model's score (plain Trace_ELBO)
+            kl = kl + self.model.prior.log_density(spec, gamma, theta, psi, s2)
+        pyro.factor(f"{spec.name}.kl", kl, has_rsample=True)
+        self.layer_done(g, spec, z, gamma, theta)
 
     def _bias_site(self, spec: ParamSpec) -> None:
         if not self.lcrt_mode:
             return super()._bias_site(spec)
         loc, scale = self.slab_params(spec)
-        _point_site(spec.name, spec.shape, loc)
+        point_site(spec.name, spec.shape, loc)
         kl = gaussian_kl(loc, scale, self.model.prior.bias_scale**2).sum()
         pyro.factor(f"{spec.name}.kl", kl, has_rsample=True)
         self._lcrt_cache[("bias", spec.layer)] = (loc, scale)
@@ -271,8 +278,7 @@ class LCRTLBBNNGuide(LCRTLinearMixin, MeanFieldLBBNNGuide):
         for s in self._specs:
             if s.role == "bias":
                 self._bias_site(s)
-        if self._noise_site is not None:
-            pyro.sample(self._noise_site, dist.LogNormal(self.noise_loc, self.noise_scale))
+        self._noise_factor()
 
 
 def fit_lcrt(

@@ -1,9 +1,9 @@
-"""Dependent inclusion guides of the LBBNN, Eq. (4.8): ``logit α`` of each unit's incoming weights ~ MVN.
+"""Dependent inclusion guides of the LBBNN (Hubin & Storvik 2019, arXiv:1903.07594, §4.1, Eq. 4.8):
+``logit α`` of each unit's incoming weights ~ MVN.
 
 For every weight tensor ``fc{l}.weight`` (shape ``(out, in)``) row ``j`` — the incoming weights of unit
-``j`` — has ``λ_j = logit α_j ~ N(ξ_j, Σ)`` (note §2.3; the reference code is row-wise too, but uses a probit
-link, erratum 5 — we keep the paper's logit).  Covariance parametrizations that stay positive definite
-(note §5.1.6):
+``j`` — has ``λ_j = logit α_j ~ N(ξ_j, Σ)`` (the paper's reference code is row-wise too, but uses a probit
+link; we keep the paper's logit).  Covariance parametrizations that stay positive definite:
 
 * ``covariance="full"``: ``Σ = L Lᵀ`` with ``L`` lower triangular, softplus diagonal, **one ``in × in``
   factor shared by the rows of a layer** (as the reference code; a separate full Σ per row would need
@@ -12,7 +12,7 @@ link, erratum 5 — we keep the paper's logit).  Covariance parametrizations tha
   smallest rank that can express more than one shared direction of co-inclusion per unit, at 2·in extra
   parameters per unit), ``D_j = softplus(·) + 1e-5``.
 
-**Bound.**  The paper gives no prior or KL for α (note §2.3).  We treat ``λ`` as an *auxiliary* variable of a
+**Bound.**  The paper gives no prior or KL for α.  We treat ``λ`` as an *auxiliary* variable of a
 hierarchical variational family ``q(λ, γ, θ) = q(λ) q(γ | λ) q(θ | γ)`` (Ranganath, Tran & Blei 2016; Salimans
 et al. 2015), with the auxiliary bound
 
@@ -23,11 +23,12 @@ for *any* reverse model ``r``.  ``aux="marginal"`` (default) takes ``r(λ | γ) 
 ``L_aux = E_λ[ELBO of the mean-field guide with α = σ(λ)]``, which is exactly the objective of the reference
 code (no α-KL) — so that objective *is* a valid bound, with gap ``I_q(λ; γ)``; it penalizes the variability
 of α, as the paper remarks for rank 0.  ``aux="reverse"`` learns ``r(λ_kj | γ_kj) = N(ξ_kj + u_kj (2γ_kj - 1),
-softplus(v_kj)²)``, which can only tighten the bound.  Conditional on λ the KL of (γ, θ) is the closed form of
-note §2.6 (``kl="closed-form"``) or MC (``kl="mc"``).
+softplus(v_kj)²)``, which can only tighten the bound.  Conditional on λ the KL of (γ, θ) is the closed form
+of Eqs. 4.5-4.7 (``kl="closed-form"``) or MC (``kl="mc"``, Eq. 4.14).
 
-``E[α]`` (for the posterior-mean model and the MPM, note §3.1) is computed by 32-node Gauss-Hermite
-quadrature over the marginal ``N(ξ_kj, Σ_kk)`` of each logit — deterministic and accurate to ~1e-10.
+``E[α]`` (for the posterior-mean model and the median probability model, §4.3) is computed by 32-node
+Gauss-Hermite quadrature over the marginal ``N(ξ_kj, Σ_kk)`` of each logit — deterministic and accurate to
+~1e-10.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ import torch.nn.functional as F
 from pyro.nn import PyroParam
 from torch import Tensor
 
-from guides.lbbnn.meanfield import LBBNNGuide, _pname, _softplus_inv
+from guides.lbbnn.base import LBBNNGuide, param_attr
 from zoo.core.architectures import ParamSpec
 from zoo.core.model import BayesianModel
 from zoo.core.validation import check_positive, check_positive_int
+from zoo.ops.transforms import inv_softplus
 
 __all__ = ["MVNLBBNNGuide", "expected_sigmoid", "COVARIANCES", "AUX_MODES"]
 
@@ -84,31 +86,29 @@ class MVNLBBNNGuide(LBBNNGuide):
         self.rank = check_positive_int("rank", rank)
         self.aux = aux
         init_sd = check_positive("init_sd", init_sd)
-        lo, hi = init_logit
         for s in self._wspecs:
-            out, d_in = s.shape
-            setattr(self, _pname(s.name, "xi"), PyroParam(lo + (hi - lo) * torch.rand(s.shape)))
-            if covariance == "full":
-                # scale_tril = tril(raw, -1) + diag(softplus(diag_raw)); initial Σ = init_sd² I
-                setattr(self, _pname(s.name, "scale_tril_off"), PyroParam(torch.zeros(d_in, d_in)))
-                setattr(
-                    self,
-                    _pname(s.name, "scale_tril_diag"),
-                    PyroParam(torch.full((d_in,), _softplus_inv(init_sd))),
-                )
-            else:
-                f0 = 0.1 * init_sd * torch.randn(out, d_in, self.rank)
-                setattr(self, _pname(s.name, "cov_factor"), PyroParam(f0))
-                setattr(
-                    self,
-                    _pname(s.name, "cov_diag"),
-                    PyroParam(torch.full(s.shape, _softplus_inv(init_sd**2))),
-                )
-            if aux == "reverse":
-                setattr(self, _pname(s.name, "reverse_u"), PyroParam(torch.zeros(s.shape)))
-                setattr(
-                    self, _pname(s.name, "reverse_v"), PyroParam(torch.full(s.shape, _softplus_inv(init_sd)))
-                )
+            self._init_logit_factor(s, init_logit, init_sd)
+
+    def _init_logit_factor(self, s: ParamSpec, init_logit: tuple[float, float], init_sd: float) -> None:
+        """``ξ ~ U(init_logit)`` and ``Σ = init_sd² I`` (full: ``scale_tril = tril(off, -1) +
+        diag(softplus(d))``; low rank: plus a small random factor); the reverse model starts at
+        ``N(ξ, init_sd²)``."""
+        lo, hi = init_logit
+        out, d_in = s.shape
+
+        def put(what: str, value: Tensor) -> None:
+            setattr(self, param_attr(s.name, what), PyroParam(value))
+
+        put("xi", lo + (hi - lo) * torch.rand(s.shape))
+        if self.covariance == "full":
+            put("scale_tril_off", torch.zeros(d_in, d_in))
+            put("scale_tril_diag", torch.full((d_in,), float(inv_softplus(init_sd))))
+        else:
+            put("cov_factor", 0.1 * init_sd * torch.randn(out, d_in, self.rank))
+            put("cov_diag", torch.full(s.shape, float(inv_softplus(init_sd**2))))
+        if self.aux == "reverse":
+            put("reverse_u", torch.zeros(s.shape))
+            put("reverse_v", torch.full(s.shape, float(inv_softplus(init_sd))))
 
     # -- the distribution of λ ----------------------------------------------------------------------
 

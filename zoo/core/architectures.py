@@ -15,6 +15,7 @@ the particle plate at dim ``-2`` and the data plate at ``-1``.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -70,24 +71,28 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
-class Architecture(nn.Module):
-    """Base class: subclasses implement :meth:`param_specs` and :meth:`forward`."""
+class Architecture(nn.Module, metaclass=abc.ABCMeta):
+    """Base class (``abc`` abstract): subclasses implement :meth:`param_specs`, :meth:`forward` and
+    :meth:`config`, and route each layer's affine map through :meth:`linear`-style methods so that
+    :class:`zoo.ops.local_reparam.LocalReparameterization` can shadow it."""
 
     in_features: int
     out_features: int
 
-    def param_specs(self) -> list[ParamSpec]:  # pragma: no cover - abstract
-        raise NotImplementedError(f"{type(self).__name__} must implement param_specs() (abstract interface)")
+    @abc.abstractmethod
+    def param_specs(self) -> list[ParamSpec]:
+        """The network's parameter tensors, one :class:`ParamSpec` each."""
 
-    def forward(self, x: Tensor, params: Mapping[str, Tensor]) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError(f"{type(self).__name__} must implement forward() (abstract interface)")
+    @abc.abstractmethod
+    def forward(self, x: Tensor, params: Mapping[str, Tensor]) -> Tensor:
+        """The network output at ``x`` for parameter values ``params`` (leading sample dims allowed)."""
 
     def num_params(self) -> int:
         return sum(s.numel for s in self.param_specs())
 
+    @abc.abstractmethod
     def config(self) -> dict:
         """Constructor arguments, for checkpoints and the registry."""
-        raise NotImplementedError(f"{type(self).__name__} must implement config() (abstract interface)")
 
 
 class MLP(Architecture):

@@ -18,21 +18,24 @@ inverse-gamma auxiliaries, paper 004 Algorithm 1) keep ``uses_gradients = True``
 
 from __future__ import annotations
 
+import abc
+
 from pyro.nn import PyroModule
 from torch import Tensor
+
+from zoo.core.meta import PyroModuleABCMeta
 
 __all__ = ["ClosedFormGuide"]
 
 
-class ClosedFormGuide(PyroModule):
+class ClosedFormGuide(PyroModule, metaclass=PyroModuleABCMeta):
+    """Base class of guides with closed-form factors (module docstring); an ``abc`` abstract class."""
+
     uses_gradients: bool = True
 
-    def closed_form_update(
-        self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
-    ) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement closed_form_update() (abstract interface)"
-        )
+    @abc.abstractmethod
+    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+        """Set the closed-form factors to their optimum given everything else (under ``no_grad``)."""
 
     def closed_form_elbo(
         self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None

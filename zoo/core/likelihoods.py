@@ -8,12 +8,15 @@ whose subsampling scale makes the minibatch log-likelihood an unbiased estimate 
 
 from __future__ import annotations
 
+import abc
+
 import pyro
 import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule
 from torch import Tensor
 
+from zoo.core.meta import PyroModuleABCMeta
 from zoo.core.validation import check_positive
 
 __all__ = [
@@ -25,7 +28,11 @@ __all__ = [
 ]
 
 
-class Likelihood(PyroModule):
+class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):
+    """Base class of observation models; an ``abc`` abstract class: subclasses implement
+    :meth:`distribution` (and override :meth:`sample_latents` / :meth:`latents_from_trace` if they have
+    latent sites such as a noise variance)."""
+
     task: str = ""
 
     def sample_latents(self) -> dict[str, Tensor]:
@@ -35,8 +42,9 @@ class Likelihood(PyroModule):
         """Recover :meth:`sample_latents`' dictionary from a model trace (used by prediction)."""
         return {}
 
-    def distribution(self, f: Tensor, latents: dict[str, Tensor]) -> dist.Distribution:  # pragma: no cover
-        raise NotImplementedError(f"{type(self).__name__} must implement distribution() (abstract interface)")
+    @abc.abstractmethod
+    def distribution(self, f: Tensor, latents: dict[str, Tensor]) -> dist.Distribution:
+        """The distribution of ``y`` given the network output ``f`` and the likelihood's latents."""
 
     def observe(self, f: Tensor, y: Tensor | None, latents: dict[str, Tensor]) -> Tensor:
         return pyro.sample("obs", self.distribution(f, latents), obs=y)

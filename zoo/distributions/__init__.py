@@ -7,16 +7,13 @@
 * N-GIG constructors for the Table 1 special cases (Student-t, Laplace, normal-gamma,
   normal-inverse-Gaussian with
   the corrected nu = -1/2) and their closed-form marginals.
-* :func:`log_bessel_k`, :func:`bessel_k_ratio` (K_{nu+1}/K_nu) and friends: log-space Bessel-K numerics.
+* :func:`log_bessel_k`, :func:`bessel_k_ratio` (K_{nu+1}/K_nu) and friends: log-space Bessel-K numerics
+  (:mod:`zoo.distributions.bessel`, float64 kernels in :mod:`zoo.distributions.bessel_np`); GIG moments and
+  sampling in :mod:`zoo.distributions.gig_moments` and :mod:`zoo.distributions.gig_sampling`.
 """
 
-from zoo.distributions.gig import (
-    GeneralizedInverseGaussian,
-    bessel_k_ratio,
-    log_bessel_k,
-    log_bessel_k_dnu,
-    log_bessel_k_ratio,
-)
+from zoo.distributions.bessel import bessel_k_ratio, log_bessel_k, log_bessel_k_dnu, log_bessel_k_ratio
+from zoo.distributions.gig import GeneralizedInverseGaussian
 from zoo.distributions.ngig import (
     NormalGIG,
     inverse_gamma_mixing,

@@ -43,7 +43,9 @@ from pyro.distributions import Laplace, StudentT, TorchDistribution
 from torch.distributions import constraints
 from torch.distributions.utils import broadcast_all
 
-from zoo.distributions.gig import GeneralizedInverseGaussian, log_bessel_k
+from zoo.distributions.bessel import log_bessel_k
+from zoo.distributions.gig import GeneralizedInverseGaussian
+from zoo.distributions.gig_moments import gig_cases
 
 _EMPTY_SHAPE = torch.Size()
 
@@ -126,25 +128,13 @@ def normal_inverse_gaussian_mixing(delta, lam, validate_args=None) -> Generalize
 # ------------------------------------------------------------------------------------------ marginals of w
 
 
-def ngig_marginal_log_prob(w, nu, delta, lam, tau=1.0) -> torch.Tensor:
-    r"""Closed-form :math:`\log \int N(w \mid 0, \tau\psi)\, \mathrm{GIG}(\psi \mid \nu, \delta, \lambda)\,
-    d\psi`.
-
-    Valid for every proper GIG including the boundary cases ``lam = 0`` (Student-t) and ``delta = 0``
-    (variance-gamma; ``+inf`` at ``w = 0`` when ``nu <= 1/2``).  Differentiable (uses :func:`log_bessel_k`).
-    """
-    w, nu, delta, lam, tau = broadcast_all(w, nu, delta, lam, tau)
-    x = w / torch.sqrt(tau)
+def _general_marginal(x: torch.Tensor, nu, delta, lam, general: torch.Tensor) -> torch.Tensor:
+    """``delta > 0, lam > 0``: the symmetric generalized hyperbolic density (module docstring)."""
     one = torch.ones_like(x)
-    gamma = delta == 0
-    invgamma = (lam == 0) & ~gamma
-    general = ~gamma & ~invgamma
-
-    # general: delta > 0, lam > 0
     d_s = torch.where(general, delta, one)
     l_s = torch.where(general, lam, one)
     r2 = d_s * d_s + x * x
-    log_gen = (
+    return (
         nu * (torch.log(l_s) - torch.log(d_s))
         - log_bessel_k(nu, l_s * d_s)
         - _HALF_LOG_2PI
@@ -152,7 +142,11 @@ def ngig_marginal_log_prob(w, nu, delta, lam, tau=1.0) -> torch.Tensor:
         + log_bessel_k(nu - 0.5, l_s * torch.sqrt(r2))
     )
 
-    # delta = 0: Gamma(nu, lam^2/2) mixing (normal-gamma / variance-gamma)
+
+def _variance_gamma_marginal(x: torch.Tensor, nu, lam, gamma: torch.Tensor) -> torch.Tensor:
+    """``delta = 0``: Gamma(nu, lam^2/2) mixing (normal-gamma / variance-gamma); ``+inf`` at ``x = 0`` when
+    ``nu <= 1/2``."""
+    one = torch.ones_like(x)
     nu_g = torch.where(gamma, nu, one)
     l_g = torch.where(gamma, lam, one)
     log_beta = torch.log(0.5 * l_g * l_g)
@@ -175,14 +169,31 @@ def ngig_marginal_log_prob(w, nu, delta, lam, tau=1.0) -> torch.Tensor:
         - (nu_h - 0.5) * log_beta
     )
     log_ng0 = torch.where(nu_g > 0.5, log_ng0, torch.full_like(log_ng0, math.inf))
-    log_ng = torch.where(nonzero, log_ng, log_ng0)
+    return torch.where(nonzero, log_ng, log_ng0)
 
-    # lam = 0: InverseGamma(-nu, delta^2/2) mixing -> Student-t(df = -2 nu, scale = delta / sqrt(-2 nu))
+
+def _student_t_marginal(x: torch.Tensor, nu, delta, invgamma: torch.Tensor) -> torch.Tensor:
+    """``lam = 0``: InverseGamma(-nu, delta^2/2) mixing, Student-t(df -2 nu, scale delta / sqrt(-2 nu))."""
+    one = torch.ones_like(x)
     nu_i = torch.where(invgamma, nu, -one)
     d_i = torch.where(invgamma, delta, one)
     df = -2.0 * nu_i
-    log_st = StudentT(df, torch.zeros_like(x), d_i / torch.sqrt(df), validate_args=False).log_prob(x)
+    return StudentT(df, torch.zeros_like(x), d_i / torch.sqrt(df), validate_args=False).log_prob(x)
 
+
+def ngig_marginal_log_prob(w, nu, delta, lam, tau=1.0) -> torch.Tensor:
+    r"""Closed-form :math:`\log \int N(w \mid 0, \tau\psi)\, \mathrm{GIG}(\psi \mid \nu, \delta, \lambda)\,
+    d\psi`.
+
+    Valid for every proper GIG including the boundary cases ``lam = 0`` (Student-t) and ``delta = 0``
+    (variance-gamma; ``+inf`` at ``w = 0`` when ``nu <= 1/2``).  Differentiable (uses :func:`log_bessel_k`).
+    """
+    w, nu, delta, lam, tau = broadcast_all(w, nu, delta, lam, tau)
+    x = w / torch.sqrt(tau)
+    gamma, invgamma, general = gig_cases(delta, lam)
+    log_gen = _general_marginal(x, nu, delta, lam, general)
+    log_ng = _variance_gamma_marginal(x, nu, lam, gamma)
+    log_st = _student_t_marginal(x, nu, delta, invgamma)
     out = torch.where(general, log_gen, torch.where(gamma, log_ng, log_st))
     return out - 0.5 * torch.log(tau)
 

@@ -4,7 +4,7 @@ r"""Pólya–Gamma distribution PG(b, c) (paper 000, Sec. 2.3, Eqs. (8)-(9), (17
 c^2/(4\pi^2)}`, :math:`g_k \sim \mathrm{Gam}(b, 1)` i.i.d., with :math:`b > 0`, :math:`c \in \mathbb{R}`
 (Polson, Scott & Windle 2013).  Its Laplace transform is :math:`E[e^{-tX}] = \cosh^b(c/2) /
 \cosh^b(\sqrt{(c^2/2 + t)/2})`, and the density tilts as :math:`p(x \mid b, c) = \cosh^b(c/2)\, e^{-c^2 x/2}\,
-p(x \mid b, 0)` (note to Eq. (9)).
+p(x \mid b, 0)` (Polson, Scott & Windle 2013; used for Eq. (9)).
 
 * ``mean`` (Eq. (9)): :math:`E[X] = \frac{b}{2c}\tanh(c/2)`, with the :math:`c \to 0` limit :math:`b/4` taken
   by a Taylor series for small :math:`|c|` (no 0/0).
@@ -70,7 +70,7 @@ _VAR_SERIES_CUT = 0.5
 
 
 def log_cosh(x: torch.Tensor) -> torch.Tensor:
-    """Overflow-free log cosh(x) = |x| + log1p(exp(-2|x|)) - log 2 (note Sec. 5.3); used by the PG tilt."""
+    """Overflow-free log cosh(x) = |x| + log1p(exp(-2|x|)) - log 2; used by the PG tilt."""
     ax = x.abs()
     return ax + torch.log1p(torch.exp(-2.0 * ax)) - math.log(2.0)
 
@@ -160,16 +160,16 @@ def _tail_logpdf(x: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return value, cond
 
 
-def _small_x_series_cond(x: np.ndarray, b: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """Largest term / sum of the alternating small-x series evaluated by ``polyagamma_pdf`` (<= 200 terms)."""
-    y = 4.0 * x
+def _series_peak(b: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Index ``n*`` of the largest term of the small-x series (bisection on the log-term's derivative; 0 when
+    the terms decrease from the start)."""
 
     def dphi(n):
         return (
             special.digamma(n + b) - special.digamma(n + 1.0) + 2.0 / (2.0 * n + b) - 2.0 * (2.0 * n + b) / y
         )
 
-    lo = np.zeros_like(x)
+    lo = np.zeros_like(y)
     hi = np.sqrt(b * y) + b + 10.0
     start_up = dphi(lo) > 0
     for _ in range(40):
@@ -177,22 +177,29 @@ def _small_x_series_cond(x: np.ndarray, b: np.ndarray, value: np.ndarray) -> np.
         up = dphi(mid) > 0
         lo = np.where(up, mid, lo)
         hi = np.where(up, hi, mid)
-    n_star = np.where(start_up, 0.5 * (lo + hi), 0.0)
+    return np.where(start_up, 0.5 * (lo + hi), 0.0)
 
-    def log_term(n):
-        return (
-            math.log(4.0)
-            + b * math.log(2.0)
-            - special.gammaln(b)
-            + special.gammaln(n + b)
-            - special.gammaln(n + 1.0)
-            + np.log(2.0 * n + b)
-            - 0.5 * np.log(2.0 * math.pi * y**3)
-            - (2.0 * n + b) ** 2 / (2.0 * y)
-        )
 
+def _series_log_term(n: np.ndarray, b: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log of the ``n``-th term of the alternating small-x series at ``y = 4 x``."""
+    return (
+        math.log(4.0)
+        + b * math.log(2.0)
+        - special.gammaln(b)
+        + special.gammaln(n + b)
+        - special.gammaln(n + 1.0)
+        + np.log(2.0 * n + b)
+        - 0.5 * np.log(2.0 * math.pi * y**3)
+        - (2.0 * n + b) ** 2 / (2.0 * y)
+    )
+
+
+def _small_x_series_cond(x: np.ndarray, b: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Largest term / sum of the alternating small-x series evaluated by ``polyagamma_pdf`` (<= 200 terms)."""
+    y = 4.0 * x
+    n_star = _series_peak(b, y)
     log_max = np.maximum.reduce(
-        [log_term(np.floor(n_star)), log_term(np.ceil(n_star)), log_term(0.0 * n_star)]
+        [_series_log_term(k, b, y) for k in (np.floor(n_star), np.ceil(n_star), 0.0 * n_star)]
     )
     # index where terms are exp(-40) below the largest one: must be inside the package's 200-term truncation
     m = 2.0 * n_star + b
@@ -208,13 +215,10 @@ def _log_cosh_sqrt_half(t: np.ndarray) -> np.ndarray:
     return z + np.log1p(np.exp(-2.0 * z)) - math.log(2.0)
 
 
-def _saddle_logpdf(x: np.ndarray, b: np.ndarray, max_nodes: int = 1 << 17) -> np.ndarray:
-    """log p(x | b, 0) by Laplace inversion p = (1/pi) int_0^inf Re exp(phi(s + iy)) dy, phi(t) = t x - b
-    kappa(t), kappa(t) = log cosh(sqrt(t/2)), on the vertical line through the real saddle s (trapezoid rule;
-    1-D arrays)."""
-    r = (
-        4.0 * x / b
-    )  # kappa'(s) = x / b; kappa'(t) = tanh(w)/(4w), w = sqrt(t/2) (t >= 0) or tan(v)/(4v) (t < 0)
+def _saddle_point(x: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The real saddle ``s`` of ``phi(t) = t x - b kappa(t)`` (bisection) and ``phi(s)``."""
+    # kappa'(s) = x / b; kappa'(t) = tanh(w)/(4w), w = sqrt(t/2) (t >= 0) or tan(v)/(4v) (t < 0)
+    r = 4.0 * x / b
     below = r < 1.0
     lo = np.zeros_like(x)
     hi = np.where(below, 1.0 / r + 1.0, math.pi / 2.0)
@@ -228,7 +232,14 @@ def _saddle_logpdf(x: np.ndarray, b: np.ndarray, max_nodes: int = 1 << 17) -> np
         hi = np.where(go_right, hi, mid)
     m = 0.5 * (lo + hi)
     sigma = np.where(below, 2.0 * m * m, -2.0 * m * m)
-    phi0 = sigma * x - b * _log_cosh_sqrt_half(sigma).real
+    return sigma, sigma * x - b * _log_cosh_sqrt_half(sigma).real
+
+
+def _saddle_window(
+    x: np.ndarray, b: np.ndarray, sigma: np.ndarray, phi0: np.ndarray, max_nodes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Upper end ``y_max`` of the integration line (where the integrand is below ``exp(-50)`` of its value at
+    the saddle) and the number of trapezoid nodes."""
     # curvature phi'' = -b kappa''(s), kappa''(t) = (w sech^2 w - tanh w) / (16 w^3)
     w = np.sqrt(sigma / 2.0 + 0j)
     with np.errstate(all="ignore"):
@@ -241,7 +252,15 @@ def _saddle_logpdf(x: np.ndarray, b: np.ndarray, max_nodes: int = 1 << 17) -> np
     first = np.argmax(mag < -50.0, axis=1)
     y_max = np.take_along_axis(ys, first[:, None], axis=1)[:, 0]
     step_target = np.minimum(width / 4.0, 0.5 / x)
-    n_nodes = np.minimum(np.ceil(y_max / step_target).astype(np.int64) + 1, max_nodes)
+    return y_max, np.minimum(np.ceil(y_max / step_target).astype(np.int64) + 1, max_nodes)
+
+
+def _saddle_logpdf(x: np.ndarray, b: np.ndarray, max_nodes: int = 1 << 17) -> np.ndarray:
+    """log p(x | b, 0) by Laplace inversion p = (1/pi) int_0^inf Re exp(phi(s + iy)) dy, phi(t) = t x - b
+    kappa(t), kappa(t) = log cosh(sqrt(t/2)), on the vertical line through the real saddle s (trapezoid rule;
+    1-D arrays)."""
+    sigma, phi0 = _saddle_point(x, b)
+    y_max, n_nodes = _saddle_window(x, b, sigma, phi0, max_nodes)
     out = np.empty_like(x)
     chunk = max(1, 4_000_000 // int(n_nodes.max()))
     for s in range(0, x.size, chunk):

@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the registered models")
+    _add_fit(sub)
+    _add_reproduce(sub)
+    return p
+
+
+def _add_fit(sub) -> None:
     f = sub.add_parser(
         "fit",
         help="fit a registered model on a dataset and write DIR/{metrics.json,posterior.nc,checkpoint.pt}",
@@ -95,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--zeta", type=float, default=0.1, help="ensemble weight tempering, w ∝ exp(zeta ELBO)")
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--out", required=True)
+
+
+def _add_reproduce(sub) -> None:
     r = sub.add_parser(
         "reproduce", help="run a paper protocol over splits; writes DIR/NAME.json and DIR/NAME.md"
     )
@@ -118,7 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the rows of an existing DIR/NAME.json that this run does not redo (complete a protocol "
         "split range by split range); an interrupted run always resumes from DIR/NAME.partial.jsonl",
     )
-    return p
 
 
 def _parse_options(items: Sequence[str]) -> dict:
@@ -136,6 +144,19 @@ def _parse_options(items: Sequence[str]) -> dict:
     return out
 
 
+_FLAGS = {"options": "--option", "guide_options": "--guide-option"}
+
+
+def _flag(error: Exception) -> str:
+    """The command-line flag of the RunConfig field a validation error names (its first word)."""
+    from zoo.experiments.config import RunConfig
+
+    word = str(error).split(" ", 1)[0].rstrip(":")
+    if word in RunConfig.field_names():
+        return _FLAGS.get(word, "--" + word.replace("_", "-"))
+    return "--option"
+
+
 def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     from zoo.core.validation import resolve_device
     from zoo.data import DATASETS
@@ -149,32 +170,173 @@ def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Non
         parser.error(f"argument --guide: {a.model} offers {list(entry.guides)}, not {a.guide!r}")
     if a.dataset not in DATASETS and not a.dataset.startswith("uci:"):
         parser.error(f"argument --dataset: unknown dataset {a.dataset!r}; valid: {', '.join(DATASETS)}")
-    if a.split < 0:
-        parser.error(f"argument --split: must be >= 0, got {a.split}")
     if a.zeta < 0 or a.zeta != a.zeta or a.zeta == float("inf"):
         parser.error(f"argument --zeta: must be a finite number >= 0, got {a.zeta}")
     for name in ("steps", "num_samples", "batch_size", "threads", "ensemble", "jobs"):
         v = getattr(a, name)
         if v is not None and v <= 0:
             parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
-    if a.hidden is not None and any(h <= 0 for h in a.hidden):
-        parser.error(f"argument --hidden: widths must be > 0, got {a.hidden}")
-    if a.lr is not None and not a.lr > 0:
-        parser.error(f"argument --lr: must be > 0, got {a.lr}")
     try:
         resolve_device(a.device)
     except ValueError as e:
         parser.error(f"argument --device: {e}")
     if os.path.exists(a.out) and not os.path.isdir(a.out):
         parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+    for flag, attr in (("--option", "option"), ("--guide-option", "guide_option")):
+        try:
+            setattr(a, attr + "s", _parse_options(getattr(a, attr)))
+        except ValueError as e:
+            parser.error(f"argument {flag}: expected KEY=VALUE, got {e.args[0]!r}")
+    a.config = _run_config(parser, a)
+
+
+def _run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
+    """The run's :class:`~zoo.experiments.config.RunConfig`; a bad value is a usage error naming its flag."""
+    from zoo.experiments.config import RunConfig
+
     try:
-        a.options = _parse_options(a.option)
-    except ValueError as e:
-        parser.error(f"argument --option: expected KEY=VALUE, got {e.args[0]!r}")
+        return RunConfig(
+            split=a.split,
+            hidden=a.hidden,
+            guide=a.guide,
+            steps=a.steps,
+            lr=a.lr,
+            batch_size=a.batch_size,
+            seed=a.seed,
+            device=a.device,
+            progress=not a.no_progress,
+            num_samples=a.num_samples,
+            data_dir=a.data_dir,
+            options=a.options,
+            guide_options=a.guide_options,
+        )
+    except (TypeError, ValueError) as e:
+        parser.error(f"argument {_flag(e)}: {e}")
+
+
+def _check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> None:
+    """Builder options are checked by building once, before anything is fitted or written."""
+    from zoo.experiments.registry import build
+
     try:
-        a.guide_options = _parse_options(a.guide_option)
+        build(
+            a.model,
+            ds.in_features,
+            ds.out_features,
+            ds.task,
+            hidden=a.hidden,
+            guide=a.guide,
+            guide_options=a.guide_options,
+            **a.options,
+        )
+    except (TypeError, ValueError) as e:
+        parser.error(f"argument --option/--guide-option/--hidden: {e}")
+
+
+def _summary(m: dict) -> str:
+    keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
+    return ", ".join(f"{k}={m[k]:.4g}" for k in keys)
+
+
+def _fit_ensemble(a: argparse.Namespace, ds) -> None:
+    from zoo.experiments.ensemble import fit_ensemble
+    from zoo.experiments.runs import dumps_json
+    from zoo.io import atomic_write_text
+
+    ens = fit_ensemble(a.model, ds, a.config, k=a.ensemble, jobs=a.jobs, zeta=a.zeta, out_dir=a.out)
+    atomic_write_text(os.path.join(a.out, "metrics.json"), dumps_json(ens.metrics))
+    m = ens.metrics
+    print(
+        f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: {_summary(m)}"
+        f", weights={[round(w, 3) for w in m['weights']]} -> {a.out}"
+    )
+
+
+def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    _validate_fit(parser, a)
+    _threads(a.threads)
+    import pyro
+
+    from zoo.data import load_dataset
+    from zoo.experiments.runs import fit_on_dataset, write_run
+
+    try:
+        ds = load_dataset(a.dataset, a.split, data_dir=a.data_dir)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        parser.error(f"argument --dataset/--split: {e}")
+    _check_build(parser, a, ds)
+    pyro.enable_validation(False)
+    if a.ensemble > 1:
+        _fit_ensemble(a, ds)
+        return 0
+    run = fit_on_dataset(a.model, ds, a.config)
+    paths = write_run(run, a.out)
+    m = run.metrics
+    print(
+        f"{m['model']}/{m['guide']} on {m['dataset']} split {m['split']} (n_train={m['n_train']}, "
+        f"n_test={m['n_test']}): {_summary(m)}, elbo={m['elbo']:.6g}, {m['fit_seconds']:.1f}s "
+        f"-> {paths['metrics'].parent}"
+    )
+    return 0
+
+
+def _log_progress() -> None:
+    """Show the library's progress messages (``logging``, INFO) on stdout, as a command line should."""
+    import logging
+
+    logging.basicConfig(format="%(message)s", stream=sys.stdout)
+    logging.getLogger("zoo").setLevel(logging.INFO)
+
+
+def _reproduce_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
+    from zoo.experiments.reproduce import available_protocols, check_overrides, check_protocol_data
+
+    if a.name not in available_protocols():
+        parser.error(
+            f"argument NAME: unknown protocol {a.name!r}; available: {', '.join(available_protocols())}"
+        )
+    try:
+        splits = _parse_splits(a.splits)
+    except ValueError:
+        parser.error(f"argument --splits: expected e.g. 0-9 or 0,3,5, got {a.splits!r}")
+    if a.jobs <= 0:
+        parser.error(f"argument --jobs: must be > 0, got {a.jobs}")
+    if a.steps is not None and a.steps <= 0:
+        parser.error(f"argument --steps: must be > 0, got {a.steps}")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+    try:
+        overrides = _parse_options(a.set)
+        check_overrides(overrides)
     except ValueError as e:
-        parser.error(f"argument --guide-option: expected KEY=VALUE, got {e.args[0]!r}")
+        parser.error(f"argument --set: expected KEY=VALUE with a run setting as KEY, got {e}")
+    if a.steps:
+        overrides["steps"] = a.steps
+    try:
+        variants = None if a.variants is None else [v for v in a.variants.split(",") if v]
+        check_protocol_data(a.name, splits, variants)
+    except (FileNotFoundError, TypeError, ValueError) as e:
+        parser.error(f"argument NAME/--splits/--variants: {e}")
+    return splits, overrides, variants
+
+
+def _reproduce(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    from zoo.experiments.reproduce import run_protocol
+
+    splits, overrides, variants = _reproduce_args(parser, a)
+    cmd = "zoo " + " ".join(sys.argv[1:] if argv is None else argv)
+    _log_progress()
+    run_protocol(
+        a.name,
+        a.out,
+        splits=splits,
+        jobs=a.jobs,
+        command=cmd,
+        overrides=overrides or None,
+        merge=a.merge,
+        variants=variants,
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -186,113 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table())
         return 0
     if a.command == "fit":
-        _validate_fit(parser, a)
-        _threads(a.threads)
-        import pyro
-
-        from zoo.data import load_dataset
-        from zoo.experiments.runs import fit_on_dataset, write_run
-
-        try:
-            ds = load_dataset(a.dataset, a.split, data_dir=a.data_dir)
-        except (ValueError, TypeError, FileNotFoundError) as e:
-            parser.error(f"argument --dataset/--split: {e}")
-        from zoo.experiments.registry import build
-
-        try:  # builder options are checked by building once, before anything is fitted or written
-            build(
-                a.model,
-                ds.in_features,
-                ds.out_features,
-                ds.task,
-                hidden=a.hidden,
-                guide=a.guide,
-                guide_options=a.guide_options,
-                **a.options,
-            )
-        except (TypeError, ValueError) as e:
-            parser.error(f"argument --option/--guide-option/--hidden: {e}")
-        pyro.enable_validation(False)
-        fit_kwargs = {
-            "split": a.split,
-            "hidden": a.hidden,
-            "guide": a.guide,
-            "steps": a.steps,
-            "lr": a.lr,
-            "batch_size": a.batch_size,
-            "device": a.device,
-            "num_samples": a.num_samples,
-            "options": a.options,
-            "guide_options": a.guide_options,
-        }
-        if a.ensemble > 1:
-            from zoo.experiments.ensemble import fit_ensemble
-            from zoo.experiments.runs import dumps_json
-            from zoo.infer.checkpoint import atomic_write_bytes
-
-            ens = fit_ensemble(
-                a.model, ds, k=a.ensemble, jobs=a.jobs, zeta=a.zeta, seed=a.seed, out_dir=a.out, **fit_kwargs
-            )
-            atomic_write_bytes(os.path.join(a.out, "metrics.json"), dumps_json(ens.metrics).encode())
-            m = ens.metrics
-            keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
-            print(
-                f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: "
-                + ", ".join(f"{k}={m[k]:.4g}" for k in keys)
-                + f", weights={[round(w, 3) for w in m['weights']]} -> {a.out}"
-            )
-            return 0
-        run = fit_on_dataset(a.model, ds, seed=a.seed, progress=not a.no_progress, **fit_kwargs)
-        paths = write_run(run, a.out)
-        m = run.metrics
-        keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
-        print(
-            f"{m['model']}/{m['guide']} on {m['dataset']} split {m['split']} (n_train={m['n_train']}, "
-            f"n_test={m['n_test']}): "
-            + ", ".join(f"{k}={m[k]:.4g}" for k in keys)
-            + f", elbo={m['elbo']:.6g}, {m['fit_seconds']:.1f}s -> {paths['metrics'].parent}"
-        )
-        return 0
+        return _fit(parser, a)
     if a.command == "reproduce":
-        from zoo.experiments.reproduce import available_protocols, check_protocol_data, run_protocol
-
-        if a.name not in available_protocols():
-            parser.error(
-                f"argument NAME: unknown protocol {a.name!r}; available: {', '.join(available_protocols())}"
-            )
-        try:
-            splits = _parse_splits(a.splits)
-        except ValueError:
-            parser.error(f"argument --splits: expected e.g. 0-9 or 0,3,5, got {a.splits!r}")
-        if a.jobs <= 0:
-            parser.error(f"argument --jobs: must be > 0, got {a.jobs}")
-        if a.steps is not None and a.steps <= 0:
-            parser.error(f"argument --steps: must be > 0, got {a.steps}")
-        if os.path.exists(a.out) and not os.path.isdir(a.out):
-            parser.error(f"argument --out: {a.out!r} exists and is not a directory")
-        try:
-            overrides = _parse_options(a.set)
-        except ValueError as e:
-            parser.error(f"argument --set: expected KEY=VALUE, got {e}")
-        if a.steps:
-            overrides["steps"] = a.steps
-        cmd = "zoo " + " ".join(sys.argv[1:]) if argv is None else "zoo " + " ".join(argv)
-        try:
-            variants = None if a.variants is None else [v for v in a.variants.split(",") if v]
-            check_protocol_data(a.name, splits, variants)
-        except (FileNotFoundError, ValueError) as e:
-            parser.error(f"argument NAME/--splits/--variants: {e}")
-        run_protocol(
-            a.name,
-            a.out,
-            splits=splits,
-            jobs=a.jobs,
-            command=cmd,
-            overrides=overrides or None,
-            merge=a.merge,
-            variants=variants,
-        )
-        return 0
+        return _reproduce(parser, a, argv)
     return 2  # pragma: no cover
 
 

@@ -1,4 +1,4 @@
-"""Ensembles of K variational fits weighted by their ELBOs (paper 000 §3.6; note 000 §3.5).
+"""Ensembles of K variational fits weighted by their ELBOs (paper 000 §3.6).
 
 Any registry model can be ensembled: :func:`fit_ensemble` fits K members that differ only in their seed
 (member ``i`` uses ``seed + SEED_STRIDE * i``, so member 0 *is* the single fit with ``seed``), in ``jobs``
@@ -16,13 +16,17 @@ mixture).  Members return only tensors (predictions, ELBO, metrics), so workers 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from zoo.core.config import resolve
 from zoo.data import Dataset, load_dataset
+from zoo.experiments.config import RunConfig
+from zoo.experiments.runs import fit_on_dataset, score_predictions, write_run
 from zoo.infer.predict import Predictions
 
 __all__ = ["SEED_STRIDE", "EnsembleOutput", "combine_predictions", "ensemble_weights", "fit_ensemble"]
@@ -92,58 +96,47 @@ class EnsembleOutput:
 
 def _member(args: tuple) -> dict:
     """Fit one member (in a worker or in-process); return tensors and metrics only."""
-    model, ds, kwargs, seed, out_dir, threads = args
+    model, ds, cfg, out_dir, threads = args
     if threads is not None:
         torch.set_num_threads(threads)
-    from zoo.experiments.runs import fit_on_dataset, write_run
-
-    run = fit_on_dataset(model, ds, seed=seed, progress=False, **kwargs)
+    run = fit_on_dataset(model, ds, cfg)
     if out_dir is not None:
         write_run(run, out_dir)
     return {"metrics": run.metrics, "test": run.predictions, "train": run.train_predictions}
 
 
-def fit_ensemble(
-    model: str,
-    dataset: str | Dataset,
-    *,
-    k: int = 4,
-    jobs: int = 1,
-    zeta: float = 0.1,
-    seed: int = 0,
-    split: int = 0,
-    data_dir: str | os.PathLike | None = None,
-    out_dir: str | os.PathLike | None = None,
-    **fit_kwargs,
-) -> EnsembleOutput:
-    """Fit ``k`` members of registry ``model`` on ``dataset`` (seeds ``seed + SEED_STRIDE * i``) in ``jobs``
-    processes, combine them (:func:`combine_predictions`) and score the ensemble on the test set (and the
-    training set with ``train_metrics=True``).  ``out_dir``: each member's run folder is written to
-    ``out_dir/member_i`` (:func:`zoo.experiments.runs.write_run`).  Remaining keywords go to
-    :func:`zoo.experiments.runs.fit_on_dataset` (``hidden``, ``guide``, ``steps``, ``options``, ...)."""
-    from zoo.experiments.runs import score_predictions
-
+def _check_sizes(k: object, jobs: object, zeta: float) -> None:
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k: the ensemble size must be an int >= 1, got {k!r}")
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs: must be an int >= 1, got {jobs!r}")
     ensemble_weights([0.0], zeta)  # validates zeta before anything is fitted
-    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, split, data_dir=data_dir)
-    fit_kwargs = {**fit_kwargs, "split": split}
+
+
+def _fit_members(model: str, ds: Dataset, cfg: RunConfig, k: int, jobs: int, out_dir) -> list[dict]:
     outs = [None if out_dir is None else os.path.join(os.fspath(out_dir), f"member_{i}") for i in range(k)]
     tasks = [
-        (model, ds, fit_kwargs, seed + SEED_STRIDE * i, outs[i], 1 if jobs > 1 else None) for i in range(k)
+        (
+            model,
+            ds,
+            cfg.replace(seed=cfg.seed + SEED_STRIDE * i, progress=False),
+            outs[i],
+            1 if jobs > 1 else None,
+        )
+        for i in range(k)
     ]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=min(jobs, k)) as ex:
-            results = list(ex.map(_member, tasks))
-    else:
-        results = [_member(t) for t in tasks]
-    elbos = [r["metrics"]["elbo"] for r in results]
+            return list(ex.map(_member, tasks))
+    return [_member(t) for t in tasks]
+
+
+def _scores(ds: Dataset, results: list[dict], elbos: list[float], zeta: float, seed: int):
+    """The ensemble's test metrics (and the uniform-weight columns) and its combined predictions."""
     pred = combine_predictions([r["test"] for r in results], elbos, zeta, seed=seed)
     _, _, _, yte = ds.tensors()
     scores = score_predictions(ds, pred, yte)
-    if zeta > 0 and k > 1:
+    if zeta > 0 and len(results) > 1:
         # the same members under uniform weights (zeta -> 0): with ELBOs hundreds of nats apart, zeta = 0.1
         # puts all the weight on the best-ELBO member, and these columns show what averaging alone gives
         upred = combine_predictions([r["test"] for r in results], elbos, 0.0, seed=seed)
@@ -151,12 +144,42 @@ def fit_ensemble(
     densities = [r["metrics"]["density"] for r in results if r["metrics"].get("density") is not None]
     if densities:
         scores["density"] = sum(densities) / len(densities)
+    return scores, pred
+
+
+def _train_columns(ds: Dataset, results: list[dict], elbos: list[float], zeta: float, seed: int) -> dict:
+    tpred = combine_predictions([r["train"] for r in results], elbos, zeta, seed=seed)
+    _, ytr, _, _ = ds.tensors()
+    return {f"train_{m}": v for m, v in score_predictions(ds, tpred, ytr).items() if m != "nll_mixture"}
+
+
+def fit_ensemble(
+    model: str,
+    dataset: str | Dataset,
+    config: RunConfig | Mapping[str, Any] | None = None,
+    *,
+    k: int = 4,
+    jobs: int = 1,
+    zeta: float = 0.1,
+    out_dir: str | os.PathLike | None = None,
+    **kwargs: Any,
+) -> EnsembleOutput:
+    """Fit ``k`` members of registry ``model`` on ``dataset`` (seeds ``seed + SEED_STRIDE * i``) in ``jobs``
+    processes, combine them (:func:`combine_predictions`) and score the ensemble on the test set (and the
+    training set with ``train_metrics=True``).  ``out_dir``: each member's run folder is written to
+    ``out_dir/member_i`` (:func:`zoo.experiments.runs.write_run`).  ``config`` and the remaining keywords
+    are the members' :class:`~zoo.experiments.config.RunConfig` (``seed``, ``split``, ``hidden``, ``guide``,
+    ``steps``, ``options``, ...), as for :func:`zoo.experiments.runs.fit_on_dataset`."""
+    cfg = resolve(RunConfig, config, kwargs)
+    _check_sizes(k, jobs, zeta)
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
+    results = _fit_members(model, ds, cfg, k, jobs, out_dir)
+    elbos = [r["metrics"]["elbo"] for r in results]
+    scores, pred = _scores(ds, results, elbos, zeta, cfg.seed)
     first = results[0]["metrics"]
     info = {
-        "model": first["model"],
-        "guide": first["guide"],
-        "dataset": first["dataset"],
-        "split": split,
+        **{key: first[key] for key in ("model", "guide", "dataset")},
+        "split": cfg.split,
         "n_train": first["n_train"],
         "n_test": first["n_test"],
         "ensemble_size": k,
@@ -165,13 +188,10 @@ def fit_ensemble(
         "member_elbos": elbos,
         "fit_seconds": sum(r["metrics"]["fit_seconds"] for r in results),
         "elbo": max(elbos),
-        "seed": seed,
+        "seed": cfg.seed,
         **scores,
     }
     if all(r["train"] is not None for r in results):
-        tpred = combine_predictions([r["train"] for r in results], elbos, zeta, seed=seed)
-        _, ytr, _, _ = ds.tensors()
-        train = {f"train_{m}": v for m, v in score_predictions(ds, tpred, ytr).items() if m != "nll_mixture"}
-        info.update(train)
+        info.update(_train_columns(ds, results, elbos, zeta, cfg.seed))
         info["nll_gap"] = info["nll"] - info["train_nll"]
     return EnsembleOutput(info, pred, [r["metrics"] for r in results], info["weights"])

@@ -6,8 +6,9 @@ An entry's ``build(in_features, out_features, task, hidden, **options)`` returns
 dict ``{"model", "guide", "in_features", "out_features", "task", "hidden", "options"}`` — is what
 checkpoints store to rebuild a fit (:func:`build_from_spec`).
 
-Adding a model: put a module in :mod:`zoo.models` that calls :func:`register` (and, for paper protocols,
-:func:`zoo.experiments.reproduce.register_protocol`); it is discovered on first use, no central list to edit.
+Adding a model family: put a package in :mod:`zoo.families` whose modules call :func:`register` (and, for
+paper protocols, :func:`zoo.experiments.reproduce.register_protocol`); every module of every family package
+is imported on first use, no central list to edit.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class ModelEntry:
     tasks: Sequence[str] = ("regression", "binary", "multiclass")
     default_hidden: Sequence[int] = (50,)
     # Optional hooks: a fit function with :func:`zoo.infer.loop.fit`'s signature (multi-stage schedules,
-    # per-group learning rates), and extra metrics computed from a finished :class:`zoo.experiments.runs.RunOutput`.
+    # per-group learning rates), and extra metrics computed from a finished
+    # :class:`zoo.experiments.runs.RunOutput`.
     fit_fn: Callable | None = None
     extra_metrics: Callable | None = None
     # The builder's options as a :class:`zoo.core.config.Config` dataclass: :func:`build` validates the

@@ -8,6 +8,8 @@ Committed results live in ``benchmarks/results/``.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import platform
 import statistics
@@ -19,17 +21,30 @@ from pathlib import Path
 
 import torch
 
+from zoo.core.validation import check_positive_int
+from zoo.data import load_dataset
+from zoo.experiments.config import RunConfig
+from zoo.experiments.ensemble import ensemble_weights, fit_ensemble
+from zoo.experiments.registry import load_plugins
 from zoo.experiments.runs import dumps_json, fit_on_dataset
+from zoo.io import append_line, atomic_write_text
 
 __all__ = [
     "Protocol",
     "RunSpec",
     "PROTOCOLS",
     "available_protocols",
+    "check_overrides",
     "check_protocol_data",
     "register_protocol",
+    "run_config",
     "run_protocol",
 ]
+
+logger = logging.getLogger(__name__)
+
+#: RunSpec keys that make a row an ensemble (:func:`~zoo.experiments.ensemble.fit_ensemble`); not in RunConfig
+ENSEMBLE_KEYS = ("ensemble", "zeta")
 
 
 @dataclass(frozen=True)
@@ -55,8 +70,6 @@ PROTOCOLS: dict[str, Protocol] = {}
 
 
 def available_protocols() -> list[str]:
-    from zoo.experiments.registry import load_plugins
-
     load_plugins()
     return sorted(PROTOCOLS)
 
@@ -68,6 +81,26 @@ def register_protocol(p: Protocol) -> Protocol:
     return p
 
 
+def run_config(spec: RunSpec) -> tuple[int, float, RunConfig]:
+    """``(ensemble size, zeta, RunConfig)`` of a protocol run: its ``kwargs`` with the split as data split
+    and seed; a bad or unknown key is a ``ValueError``/``TypeError`` naming it and the run."""
+    kwargs = dict(spec.kwargs)
+    k = kwargs.pop("ensemble", 1)
+    zeta = kwargs.pop("zeta", 0.1)
+    what = f"run {spec.variant}/{spec.dataset}/split {spec.split}"
+    try:
+        check_positive_int("ensemble", k)
+        ensemble_weights([0.0], zeta)  # validates zeta
+        cfg = RunConfig.from_dict(
+            {**kwargs, "split": spec.split, "seed": spec.split, "progress": False}, what=what
+        )
+    except (TypeError, ValueError) as e:
+        if what in str(e):
+            raise
+        raise type(e)(f"{what}: {e}") from None
+    return k, float(zeta), cfg
+
+
 def _run_one(spec: RunSpec) -> dict:
     """One protocol row; ``ensemble: K`` in the spec's kwargs makes it a K-member ELBO-weighted ensemble
     (:func:`zoo.experiments.ensemble.fit_ensemble`, members fitted in this worker)."""
@@ -76,20 +109,11 @@ def _run_one(spec: RunSpec) -> dict:
 
     pyro.enable_validation(False)
     t0 = time.perf_counter()
-    kwargs = dict(spec.kwargs)
-    k = int(kwargs.pop("ensemble", 1))
+    k, zeta, cfg = run_config(spec)
     if k > 1:
-        from zoo.experiments.ensemble import fit_ensemble
-
-        zeta = float(kwargs.pop("zeta", 0.1))
-        out = fit_ensemble(
-            spec.model, spec.dataset, k=k, zeta=zeta, split=spec.split, seed=spec.split, **kwargs
-        )
-        metrics = out.metrics
+        metrics = fit_ensemble(spec.model, spec.dataset, cfg, k=k, zeta=zeta).metrics
     else:
-        metrics = fit_on_dataset(
-            spec.model, spec.dataset, split=spec.split, progress=False, seed=spec.split, **kwargs
-        ).metrics
+        metrics = fit_on_dataset(spec.model, spec.dataset, cfg).metrics
     row = {"variant": spec.variant, **metrics, "total_seconds": round(time.perf_counter() - t0, 3)}
     # rows are keyed by the spec's dataset string: an alias (``uci:boston``) must not lose its row to the
     # loader's canonical name (``uci:bostonHousing``), which is kept beside it
@@ -149,15 +173,15 @@ def _markdown(p: Protocol, summary: dict, header: dict) -> str:
 
 
 def _preflight(specs: Sequence[RunSpec]) -> None:
-    """Load each dataset of the protocol once before any worker starts, so a missing data root or a bad
-    split fails at once with the loader's message (and nothing is written)."""
-    from zoo.data import load_dataset
-
+    """Check every run's settings (:func:`run_config`) and load each dataset of the protocol once before
+    any worker starts, so a bad setting, a missing data root or a bad split fails at once with a message
+    naming it (and nothing is written)."""
     seen = set()
     for s in specs:
+        _, _, cfg = run_config(s)
         if s.dataset not in seen:
             seen.add(s.dataset)
-            load_dataset(s.dataset, s.split, data_dir=s.kwargs.get("data_dir"))
+            load_dataset(s.dataset, s.split, data_dir=cfg.data_dir)
 
 
 def select_variants(specs: list[RunSpec], variants: Sequence[str] | None) -> list[RunSpec]:
@@ -195,10 +219,35 @@ def _row_key(r: dict) -> tuple[str, str, int]:
     return _key(r["variant"], r["dataset"], r["split"])
 
 
+def check_overrides(overrides: dict | None) -> None:
+    """``ValueError`` naming any override that is not a run setting (a :class:`RunConfig` field, or
+    ``ensemble``/``zeta``)."""
+    known = {*RunConfig.field_names(), *ENSEMBLE_KEYS}
+    unknown = sorted(set(overrides or {}) - known)
+    if unknown:
+        raise ValueError(f"overrides: unknown run setting(s) {unknown}; valid: {sorted(known)}")
+
+
+def _apply_overrides(specs: list[RunSpec], overrides: dict | None) -> list[RunSpec]:
+    """``steps`` applies to every fit; any other key only where the protocol sets it (so e.g. a post-training
+    override does not reach a baseline that has no post-training)."""
+    check_overrides(overrides)
+    if not overrides:
+        return specs
+    return [
+        RunSpec(
+            s.variant,
+            s.model,
+            s.dataset,
+            s.split,
+            {**s.kwargs, **{k: v for k, v in overrides.items() if k == "steps" or k in s.kwargs}},
+        )
+        for s in specs
+    ]
+
+
 def _read_journal(path: Path, signature: dict) -> dict:
     """Rows of an interrupted run with the same protocol and overrides (``{}`` if none or different)."""
-    import json
-
     if not path.exists():
         return {}
     lines = path.read_text().splitlines()
@@ -213,14 +262,67 @@ def _read_journal(path: Path, signature: dict) -> dict:
             r = json.loads(line)
         except json.JSONDecodeError:  # a line cut by the interruption
             continue
+        r.pop("run_config", None)
         done[_row_key(r)] = r
     return done
 
 
-def _append_line(fh, text: str) -> None:
-    fh.write(text + "\n")
-    fh.flush()
-    os.fsync(fh.fileno())
+def _journal_line(row: dict, spec: RunSpec | None) -> str:
+    """A journal line: the row, with the run's config (``RunConfig.to_dict``) when it was fitted now."""
+    entry = row if spec is None else {**row, "run_config": run_config(spec)[2].to_dict()}
+    return dumps_json(entry).replace("\n", " ")
+
+
+def _progress_line(row: dict, done: int, total: int, metrics: Sequence[str]) -> str:
+    return f"[{done}/{total}] {row['variant']} {row['dataset']} split {row['split']}: " + ", ".join(
+        f"{m}={row.get(m, float('nan')):.4g}" for m in metrics
+    )
+
+
+def _run_all(
+    p: Protocol, specs: list[RunSpec], done: dict, journal: Path, signature: dict, jobs: int, progress: bool
+) -> dict:
+    """Fit the runs not in ``done``, journaling each finished row (fsynced); returns all rows by key."""
+    todo = [s for s in specs if _spec_key(s) not in done]
+    if progress and done:
+        logger.info(
+            "resuming %s: %d of %d fits found in %s", p.name, len(specs) - len(todo), len(specs), journal
+        )
+    results = dict(done)
+    by_key = {_spec_key(s): s for s in specs}
+    # the journal restarts atomically with the rows kept, then grows by fsynced appends
+    kept = [_journal_line(r, by_key.get(key)) for key, r in done.items()]
+    atomic_write_text(journal, "".join(line + "\n" for line in [json.dumps(signature), *kept]))
+    with open(journal, "a") as fh:
+
+        def record(row: dict, spec: RunSpec) -> None:
+            results[_row_key(row)] = row
+            append_line(fh, _journal_line(row, spec))
+            if progress:
+                logger.info(_progress_line(row, len(by_key.keys() & results.keys()), len(specs), p.metrics))
+
+        if jobs > 1:
+            with ProcessPoolExecutor(max_workers=jobs) as ex:
+                futures = {ex.submit(_run_one, s): s for s in todo}
+                for fut in as_completed(futures):
+                    record(fut.result(), futures[fut])
+        else:
+            for s in todo:
+                record(_run_one(s), s)
+    return results
+
+
+def _merge_previous(previous: Path, specs: list[RunSpec], rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Rows of an earlier ``NAME.json`` that this run does not redo, prepended; and the merge history."""
+    old = json.loads(previous.read_text())
+    mine = {_spec_key(s) for s in specs}
+    kept = [r for r in old.get("rows", []) if _row_key(r) not in mine]
+    earlier = old.get("history", [])
+    own = max(len(kept) - sum(int(h.get("rows", 0)) for h in earlier), 0)  # rows that run itself made
+    history = earlier + [
+        {"command": old.get("command"), "wall_seconds": old.get("wall_seconds"), "rows": own}
+    ]
+    return kept + rows, history
 
 
 def run_protocol(
@@ -237,84 +339,29 @@ def run_protocol(
 ) -> dict:
     """Run protocol ``name`` and write ``NAME.json`` / ``NAME.md`` atomically into ``out_dir``.
 
-    Each finished fit is appended to ``DIR/NAME.partial.jsonl`` (fsynced); an interrupted run started
-    again with the same protocol and overrides resumes from it, and it is removed once the results are
-    written.  ``merge=True`` keeps the rows of an existing ``DIR/NAME.json`` whose (variant, dataset,
-    split) this run does not redo, so a protocol can be completed split range by split range (and, with
-    ``variants``, variant by variant)."""
-    import json
-
-    from zoo.infer.checkpoint import atomic_write_bytes
-
+    Each finished fit is appended to ``DIR/NAME.partial.jsonl`` (fsynced, with its run config); an
+    interrupted run started again with the same protocol and overrides resumes from it, and it is removed
+    once the results are written.  ``merge=True`` keeps the rows of an existing ``DIR/NAME.json`` whose
+    (variant, dataset, split) this run does not redo, so a protocol can be completed split range by split
+    range (and, with ``variants``, variant by variant).  Progress is logged (``logging``, INFO)."""
     if name not in available_protocols():
         raise ValueError(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
         )
     p = PROTOCOLS[name]
-    specs = select_variants(p.runs(splits), variants)
-    if overrides:
-        # ``steps`` applies to every fit; any other key only where the protocol sets it (so e.g. a
-        # post-training override does not reach a baseline that has no post-training)
-        specs = [
-            RunSpec(
-                s.variant,
-                s.model,
-                s.dataset,
-                s.split,
-                {**s.kwargs, **{k: v for k, v in overrides.items() if k == "steps" or k in s.kwargs}},
-            )
-            for s in specs
-        ]
+    specs = _apply_overrides(select_variants(p.runs(splits), variants), overrides)
     _preflight(specs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / f"{name}.partial.jsonl"
     signature = {"protocol": name, "overrides": overrides or {}}
-    done = _read_journal(journal, signature)
-    todo = [s for s in specs if _spec_key(s) not in done]
-    if progress and done:
-        print(
-            f"resuming {name}: {len(specs) - len(todo)} of {len(specs)} fits found in {journal}", flush=True
-        )
     t0 = time.perf_counter()
-    results: dict[tuple[str, str, int], dict] = {k: v for k, v in done.items()}
-    wanted = {_spec_key(s) for s in specs}
-    with open(journal, "w") as fh:
-        _append_line(fh, json.dumps(signature))
-        for r in done.values():
-            _append_line(fh, dumps_json(r).replace("\n", " "))
-
-        def record(row: dict) -> None:
-            results[_row_key(row)] = row
-            _append_line(fh, dumps_json(row).replace("\n", " "))
-            if progress:
-                print(
-                    f"[{len(wanted.intersection(results))}/{len(specs)}] "
-                    f"{row['variant']} {row['dataset']} split {row['split']}: "
-                    + ", ".join(f"{m}={row.get(m, float('nan')):.4g}" for m in p.metrics),
-                    flush=True,
-                )
-
-        if jobs > 1:
-            with ProcessPoolExecutor(max_workers=jobs) as ex:
-                for fut in as_completed([ex.submit(_run_one, s) for s in todo]):
-                    record(fut.result())
-        else:
-            for s in todo:
-                record(_run_one(s))
+    results = _run_all(p, specs, _read_journal(journal, signature), journal, signature, jobs, progress)
     rows = [results[_spec_key(s)] for s in specs if _spec_key(s) in results]
     history: list[dict] = []
     previous = out / f"{name}.json"
     if merge and previous.exists():
-        old = json.loads(previous.read_text())
-        mine = {_spec_key(s) for s in specs}
-        kept = [r for r in old.get("rows", []) if _row_key(r) not in mine]
-        rows = kept + rows
-        earlier = old.get("history", [])
-        own = max(len(kept) - sum(int(h.get("rows", 0)) for h in earlier), 0)  # rows that run itself made
-        history = earlier + [
-            {"command": old.get("command"), "wall_seconds": old.get("wall_seconds"), "rows": own}
-        ]
+        rows, history = _merge_previous(previous, specs, rows)
     summary = _summarize(rows, p.metrics)
     header = {
         "protocol": name,
@@ -332,7 +379,7 @@ def run_protocol(
         "paper": {f"{k[0]}|{k[1]}": v for k, v in p.paper.items()},
         "paper_source": p.paper_source,
     }
-    atomic_write_bytes(out / f"{name}.json", dumps_json(doc).encode())
-    atomic_write_bytes(out / f"{name}.md", _markdown(p, summary, {**header, "history": history}).encode())
+    atomic_write_text(out / f"{name}.json", dumps_json(doc))
+    atomic_write_text(out / f"{name}.md", _markdown(p, summary, {**header, "history": history}))
     journal.unlink()
     return doc

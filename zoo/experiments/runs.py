@@ -16,21 +16,30 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyro
 import torch
 
-from zoo.core.validation import check_positive, check_positive_int, resolve_device
+from zoo.core.config import resolve
+from zoo.core.validation import resolve_device
 from zoo.data import Dataset, load_dataset
 from zoo.eval import metrics
+from zoo.experiments.config import RunConfig
 from zoo.experiments.registry import build, get_entry
-from zoo.infer.loop import FitResult, fit, make_optimizer, resume
+from zoo.infer.checkpoint import save
+from zoo.infer.loop import fit, resume
+from zoo.infer.optim import make_optimizer
 from zoo.infer.predict import Predictions, predict
+from zoo.infer.result import FitResult
+from zoo.io import atomic_write_text
 
 __all__ = [
+    "RunConfig",
     "RunOutput",
     "fit_on_dataset",
     "evaluate",
@@ -62,7 +71,7 @@ def _prepare(dataset: Dataset, device: torch.device, dtype=torch.float32, standa
     return xtr, ytr, xte, yte, extra
 
 
-def score_predictions(dataset: Dataset, pred: Predictions, y_true) -> dict:
+def score_predictions(dataset: Dataset, pred: Predictions, y_true: torch.Tensor | np.ndarray) -> dict:
     """Metrics of a predictive distribution against ``y_true`` (original target scale): regression RMSE,
     Gaussian NLL, mixture NLL over draws (when the draws are kept), 95 % coverage; classification accuracy,
     NLL, ECE (10 bins)."""
@@ -87,7 +96,12 @@ def score_predictions(dataset: Dataset, pred: Predictions, y_true) -> dict:
 
 
 def evaluate(
-    result: FitResult, dataset: Dataset, x_test, y_test, num_samples: int = 100, seed: int = 0
+    result: FitResult,
+    dataset: Dataset,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    num_samples: int = 100,
+    seed: int = 0,
 ) -> tuple[dict, Predictions]:
     """Test metrics of a fit (original target scale), see :func:`score_predictions`, plus the guide's
     sparsity-report density when it has one."""
@@ -100,30 +114,81 @@ def evaluate(
     return out, pred
 
 
+def _loss(fit_defaults: Mapping, model, guide):
+    """The training objective: ``fit_defaults["loss"]`` (a factory ``(model, guide) -> ELBO or None``), else
+    the guide's own ``default_loss()`` (e.g. LCRT), else ``None`` (``Trace_ELBO``)."""
+    factory = fit_defaults.get("loss")
+    loss = factory(model, guide) if callable(factory) else None
+    if loss is None and callable(getattr(guide, "default_loss", None)):
+        loss = guide.default_loss()
+    return loss
+
+
+def _fit_kwargs(cfg: RunConfig, d: Mapping, ds: Dataset, dev: torch.device) -> dict[str, Any]:
+    """The settings passed to the fit function (``zoo.infer.loop.fit`` or an entry's ``fit_fn``)."""
+    bs = cfg.batch_size if cfg.batch_size is not None else d.get("batch_size")
+    if bs is not None and bs >= ds.n_train:
+        bs = None
+    out: dict[str, Any] = {
+        "steps": cfg.steps if cfg.steps is not None else int(d.get("steps", 1000)),
+        "lr": cfg.lr if cfg.lr is not None else float(d.get("lr", 1e-2)),
+        "optimizer": str(d.get("optimizer", "adam")),
+        "batch_size": bs,
+        "tol": d.get("tol"),
+        "seed": cfg.seed,
+        "device": dev,
+        "progress": cfg.progress,
+    }
+    if cfg.max_seconds is not None:
+        out["callbacks"] = (_time_budget(float(cfg.max_seconds)),)
+    return out
+
+
+def _row(model: str, spec: dict, ds: Dataset, cfg: RunConfig, result: FitResult, bs, scores: dict) -> dict:
+    return {
+        "model": model,
+        "guide": spec["guide"],
+        "dataset": ds.name,
+        "split": cfg.split,
+        "n_train": ds.n_train,
+        "n_test": ds.n_test,
+        "fit_seconds": round(result.wall_time, 3),
+        "elbo": result.final_elbo,
+        "steps": result.steps,
+        "epochs": round(result.steps * (bs or ds.n_train) / ds.n_train, 2),
+        "seed": cfg.seed,
+        **scores,
+    }
+
+
+def _posttrain(run: RunOutput, cfg: RunConfig, d: Mapping, data: tuple, extra_metrics) -> None:
+    """Freeze the guide's structure, train ``posttrain_steps`` more and add ``post_<metric>`` columns."""
+    result, info = run.result, run.metrics
+    if not callable(getattr(result.guide, "freeze_structure", None)):
+        raise ValueError(f"posttrain_steps: guide {info['guide']!r} has no structure to freeze")
+    result.guide.freeze_structure()
+    lr = cfg.posttrain_lr if cfg.posttrain_lr is not None else cfg.lr
+    lr = lr if lr is not None else float(d.get("lr", 1e-2))
+    result.optim = make_optimizer(str(d.get("optimizer", "adam")), lr)
+    xtr, ytr, xte, yte = data
+    resume(result, xtr, ytr, cfg.posttrain_steps, progress=cfg.progress)
+    post, run.predictions = evaluate(
+        result, run.dataset, xte, yte, num_samples=cfg.num_samples, seed=cfg.seed
+    )
+    if extra_metrics is not None:
+        post.update(extra_metrics(run))
+    info.update({f"post_{k}": v for k, v in post.items()})
+    info["posttrain_steps"] = cfg.posttrain_steps
+
+
 def fit_on_dataset(
-    model: str,
-    dataset: str | Dataset,
-    *,
-    split: int = 0,
-    hidden: list[int] | None = None,
-    guide: str | None = None,
-    steps: int | None = None,
-    lr: float | None = None,
-    batch_size: int | None = None,
-    seed: int = 0,
-    device: str | None = None,
-    progress: bool = True,
-    num_samples: int = 100,
-    data_dir: str | os.PathLike | None = None,
-    options: dict | None = None,
-    guide_options: dict | None = None,
-    train_metrics: bool = False,
-    max_seconds: float | None = None,
-    posttrain_steps: int = 0,
-    posttrain_lr: float | None = None,
-    fit_options: dict | None = None,
+    model: str, dataset: str | Dataset, config: RunConfig | Mapping[str, Any] | None = None, **kwargs: Any
 ) -> RunOutput:
     """Load ``dataset``, build registry ``model``, fit with the entry's defaults (overridable), evaluate.
+
+    Settings come from ``config`` (a :class:`~zoo.experiments.config.RunConfig` or a mapping) updated by
+    keywords (``split``, ``hidden``, ``guide``, ``steps``, ``lr``, ``batch_size``, ``seed``, ``device``,
+    ``progress``, ``num_samples``, ``data_dir``, ``options`` (model builder), ``guide_options``, ...).
 
     ``max_seconds``: a wall-clock training budget; the fit stops after the first step that ends past it
     (``steps`` stays the cap) and the row records the steps done (``steps``) and ``epochs``.
@@ -135,98 +200,50 @@ def fit_on_dataset(
     post-trained fit).
 
     ``fit_options``: extra keyword arguments of the registry entry's ``fit_fn`` (e.g. the LBBNN's
-    ``{"stage_lrs": "short"}``, :func:`guides.lbbnn.meanfield.fit_lbbnn_staged`); an error for entries fitted by
-    :func:`zoo.infer.loop.fit`."""
-    if max_seconds is not None:
-        check_positive("max_seconds", max_seconds)
-    posttrain_steps = check_positive_int("posttrain_steps", posttrain_steps, allow_zero=True)
-    if posttrain_lr is not None:
-        check_positive("posttrain_lr", posttrain_lr)
+    ``{"stage_lrs": "short"}``); an error for entries fitted by :func:`zoo.infer.loop.fit`."""
+    cfg = resolve(RunConfig, config, kwargs)
     entry = get_entry(model)
-    if fit_options and entry.fit_fn is None:
+    if cfg.fit_options and entry.fit_fn is None:
         raise ValueError(f"fit_options: model {model!r} has no fit function that takes extra options")
-    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, split, data_dir=data_dir)
-    dev = resolve_device(device)
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
+    dev = resolve_device(cfg.device)
     d = dict(entry.fit_defaults)
     # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
     xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=bool(d.get("standardize_y", True)))
     # the guide's random initialization happens at build time: seed it, so a fit does not depend on what
     # ran before it in the same process (protocol workers run many fits each)
-    pyro.set_rng_seed(seed)
+    pyro.set_rng_seed(cfg.seed)
     m, g, spec = build(
         model,
         ds.in_features,
         ds.out_features,
         ds.task,
-        hidden=hidden,
-        guide=guide,
-        guide_options=guide_options,
-        **(options or {}),
+        hidden=None if cfg.hidden is None else list(cfg.hidden),
+        guide=cfg.guide,
+        guide_options=cfg.guide_options,
+        **cfg.options,
     )
-    bs = batch_size if batch_size is not None else d.get("batch_size")
-    if bs is not None and bs >= ds.n_train:
-        bs = None
     fitter = entry.fit_fn or fit
-    callbacks = () if max_seconds is None else (_time_budget(float(max_seconds)),)
-    # The training objective: fit_defaults["loss"] (a factory (model, guide) -> pyro ELBO or None), else the
-    # guide's own default_loss() (e.g. LCRT), else Trace_ELBO.
-    loss_factory = d.get("loss")
-    loss = loss_factory(m, g) if callable(loss_factory) else None
-    if loss is None and callable(getattr(g, "default_loss", None)):
-        loss = g.default_loss()
+    fit_kwargs = _fit_kwargs(cfg, d, ds, dev)
     result = fitter(
         m,
         g,
         xtr,
         ytr,
-        steps=steps if steps is not None else int(d.get("steps", 1000)),
-        lr=lr if lr is not None else float(d.get("lr", 1e-2)),
-        optimizer=str(d.get("optimizer", "adam")),
-        loss=loss,
-        batch_size=bs,
-        tol=d.get("tol"),
-        seed=seed,
-        device=dev,
-        progress=progress,
-        config={**extra, "dataset": ds.name, "split": split},
+        loss=_loss(d, m, g),
+        config={**extra, "dataset": ds.name, "split": cfg.split},
         spec=spec,
-        **({"callbacks": callbacks} if callbacks else {}),
-        **(fit_options or {}),
+        **fit_kwargs,
+        **cfg.fit_options,
     )
-    scores, pred = evaluate(result, ds, xte, yte, num_samples=num_samples, seed=seed)
-    info = {
-        "model": model,
-        "guide": spec["guide"],
-        "dataset": ds.name,
-        "split": split,
-        "n_train": ds.n_train,
-        "n_test": ds.n_test,
-        "fit_seconds": round(result.wall_time, 3),
-        "elbo": result.final_elbo,
-        "steps": result.steps,
-        "epochs": round(result.steps * (bs or ds.n_train) / ds.n_train, 2),
-        "seed": seed,
-        **scores,
-    }
-    run = RunOutput(result, ds, info, pred)
-    if train_metrics:
-        info.update(train_set_metrics(run, num_samples=num_samples))
+    scores, pred = evaluate(result, ds, xte, yte, num_samples=cfg.num_samples, seed=cfg.seed)
+    run = RunOutput(result, ds, _row(model, spec, ds, cfg, result, fit_kwargs["batch_size"], scores), pred)
+    if cfg.train_metrics:
+        run.metrics.update(train_set_metrics(run, num_samples=cfg.num_samples))
     if entry.extra_metrics is not None:
-        info.update(entry.extra_metrics(run))
-    if posttrain_steps:
-        if not callable(getattr(g, "freeze_structure", None)):
-            raise ValueError(f"posttrain_steps: guide {spec['guide']!r} has no structure to freeze")
-        g.freeze_structure()
-        plr = (
-            posttrain_lr if posttrain_lr is not None else (lr if lr is not None else float(d.get("lr", 1e-2)))
-        )
-        result.optim = make_optimizer(str(d.get("optimizer", "adam")), plr)
-        resume(result, xtr, ytr, posttrain_steps, progress=progress)
-        post, run.predictions = evaluate(result, ds, xte, yte, num_samples=num_samples, seed=seed)
-        if entry.extra_metrics is not None:
-            post.update(entry.extra_metrics(run))
-        info.update({f"post_{k}": v for k, v in post.items()})
-        info["posttrain_steps"] = posttrain_steps
+        run.metrics.update(entry.extra_metrics(run))
+    if cfg.posttrain_steps:
+        _posttrain(run, cfg, d, (xtr, ytr, xte, yte), entry.extra_metrics)
     return run
 
 
@@ -293,7 +310,9 @@ def _json_default(o):
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-def dumps_json(obj) -> str:
+def dumps_json(obj: Any) -> str:
+    """Indented JSON of plain data; non-finite floats become ``null``, numpy scalars numbers."""
+
     def clean(v):
         if isinstance(v, float) and not math.isfinite(v):
             return None
@@ -308,8 +327,7 @@ def dumps_json(obj) -> str:
 
 def write_run(run: RunOutput, out_dir: str | os.PathLike, num_samples: int = 200) -> dict[str, Path]:
     """Write ``metrics.json``, ``posterior.nc`` (ArviZ) and ``checkpoint.pt`` atomically into ``out_dir``."""
-    from zoo.eval.diagnostics import save_netcdf, to_inference_data
-    from zoo.infer.checkpoint import atomic_write_bytes, save
+    from zoo.eval.diagnostics import save_netcdf, to_inference_data  # arviz: imported when needed
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -322,5 +340,5 @@ def write_run(run: RunOutput, out_dir: str | os.PathLike, num_samples: int = 200
     }
     save(run.result, paths["checkpoint"])
     save_netcdf(idata, paths["posterior"])
-    atomic_write_bytes(paths["metrics"], dumps_json(run.metrics).encode())
+    atomic_write_text(paths["metrics"], dumps_json(run.metrics))
     return paths

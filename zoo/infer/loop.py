@@ -23,11 +23,10 @@ never share parameters by name; :meth:`FitResult.activate` re-enters it.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pyro
 import pyro.optim
@@ -38,77 +37,22 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from zoo.core.guide import ClosedFormGuide
-from zoo.core.validation import check_positive, check_positive_int, check_tensor, resolve_device
-from zoo.infer.optim import FusedPyroOptim
+from zoo.core.validation import check_positive_int, check_tensor, resolve_device
+from zoo.infer.config import FitConfig, resolve_fit_config
+from zoo.infer.optim import make_optimizer, optimizer_name
+from zoo.infer.result import ConvergenceMonitor, FitResult
 
-__all__ = ["FitResult", "ConvergenceMonitor", "fit", "resume", "make_optimizer", "check_data"]
+__all__ = [
+    "FitResult",
+    "FitConfig",
+    "ConvergenceMonitor",
+    "fit",
+    "resume",
+    "make_optimizer",
+    "check_data",
+]
 
-Callback = Callable[[int, float, "FitResult"], None]
-
-
-class ConvergenceMonitor:
-    """Stop when the ELBO stops changing.
-
-    With ``window = 1`` (exact ELBOs, CAVI) it stops after ``patience`` consecutive steps whose relative
-    change ``|e_t - e_{t-1}| / max(1, |e_t|)`` is below ``tol`` — the rule of paper 000 §4 ("three
-    consecutive ELBO values change by less than a threshold").  With ``window = w > 1`` (noisy Monte
-    Carlo ELBOs) the same test is applied to the means of consecutive non-overlapping windows of ``w``
-    steps.
-    """
-
-    def __init__(self, tol: float, patience: int = 3, window: int = 1) -> None:
-        self.tol = check_positive("tol", tol)
-        self.patience = check_positive_int("patience", patience)
-        self.window = check_positive_int("window", window)
-        self._buf: list[float] = []
-        self._prev: float | None = None
-        self._hits = 0
-
-    def update(self, elbo: float) -> bool:
-        self._buf.append(elbo)
-        if len(self._buf) < self.window:
-            return False
-        cur = sum(self._buf) / len(self._buf)
-        self._buf = []
-        if self._prev is not None and abs(cur - self._prev) / max(1.0, abs(cur)) < self.tol:
-            self._hits += 1
-        else:
-            self._hits = 0
-        self._prev = cur
-        return self._hits >= self.patience
-
-    def state_dict(self) -> dict:
-        return {"buf": list(self._buf), "prev": self._prev, "hits": self._hits}
-
-    def load_state_dict(self, s: dict) -> None:
-        self._buf, self._prev, self._hits = list(s["buf"]), s["prev"], s["hits"]
-
-
-def make_optimizer(name: str = "adam", lr: float = 1e-2, **kwargs) -> pyro.optim.PyroOptim:
-    """A Pyro optimizer by name (``adam``, ``clipped_adam``, ``sgd``, ``adagrad``, ``rmsprop``).
-
-    ``adam``/``sgd``/``rmsprop``/``adagrad`` are :class:`zoo.infer.optim.FusedPyroOptim` (one ``foreach`` torch
-    optimizer over every parameter; checkpoint state in ``pyro.optim``'s per-parameter format);
-    ``clipped_adam`` is Pyro's own per-parameter ``ClippedAdam``."""
-    if name in ("adam", "sgd", "rmsprop", "adagrad"):
-        # one multi-tensor optimizer for all parameters (zoo.infer.optim): same update, less per-tensor overhead
-        ctor = {
-            "adam": torch.optim.Adam,
-            "sgd": torch.optim.SGD,
-            "rmsprop": torch.optim.RMSprop,
-            "adagrad": torch.optim.Adagrad,
-        }[name]
-        return FusedPyroOptim(ctor, {"lr": check_positive("lr", lr), **kwargs})
-    table = {
-        "adam": pyro.optim.Adam,
-        "clipped_adam": pyro.optim.ClippedAdam,
-        "sgd": pyro.optim.SGD,
-        "adagrad": pyro.optim.Adagrad,
-        "rmsprop": pyro.optim.RMSprop,
-    }
-    if name not in table:
-        raise ValueError(f"optimizer must be one of {sorted(table)}, got {name!r}")
-    return table[name]({"lr": check_positive("lr", lr), **kwargs})
+Callback = Callable[[int, float, FitResult], None]
 
 
 def check_data(x: object, y: object, task: str | None = None) -> None:
@@ -127,49 +71,6 @@ def check_data(x: object, y: object, task: str | None = None) -> None:
         raise ValueError(f"y is on {y.device} but x is on {x.device}")
 
 
-@dataclass
-class FitResult:
-    """Everything a fit produced: model, guide, ELBO trace, timing, seed, config and resumable state."""
-
-    model: torch.nn.Module
-    guide: Callable
-    elbo: list[float] = field(default_factory=list)
-    steps: int = 0
-    wall_time: float = 0.0
-    seed: int = 0
-    config: dict = field(default_factory=dict)
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    converged: bool = False
-    param_state: dict = field(default_factory=lambda: {"params": {}, "constraints": {}})
-    optim: pyro.optim.PyroOptim | None = None
-    loss: ELBO | None = None
-    loop_state: dict = field(default_factory=dict)
-    spec: dict | None = None
-    example: tuple | None = None  # (x[:2], y[:2]) on CPU: lets a loaded guide set itself up
-
-    @contextlib.contextmanager
-    def activate(self) -> Iterator[dict]:
-        """Enter this fit's Pyro param-store scope (needed to evaluate a guide built from ``pyro.param``)."""
-        with pyro.get_param_store().scope(self.param_state) as state:
-            yield state
-
-    def predict(self, x: Tensor, **kwargs):
-        """Posterior predictive summary; see :func:`zoo.infer.predict.predict`."""
-        from zoo.infer.predict import predict
-
-        return predict(self, x, **kwargs)
-
-    def save(self, path) -> None:
-        """Atomically write a checkpoint; see :func:`zoo.infer.checkpoint.save`."""
-        from zoo.infer.checkpoint import save
-
-        save(self, path)
-
-    @property
-    def final_elbo(self) -> float:
-        return self.elbo[-1] if self.elbo else math.nan
-
-
 def _next_batch(state: dict, n: int, batch_size: int | None, device: torch.device) -> Tensor | None:
     if batch_size is None or batch_size >= n:
         return None
@@ -183,96 +84,96 @@ def _next_batch(state: dict, n: int, batch_size: int | None, device: torch.devic
     return idx.to(device)
 
 
+def _split_optimizer(optimizer: object, settings: dict) -> pyro.optim.PyroOptim | None:
+    """An optimizer instance is an object argument; a name is a config setting."""
+    if optimizer is None or isinstance(optimizer, pyro.optim.PyroOptim):
+        return optimizer
+    if isinstance(optimizer, str):
+        settings["optimizer"] = optimizer
+        return None
+    raise TypeError(f"optimizer must be a pyro.optim.PyroOptim or a name, got {type(optimizer).__name__}")
+
+
+def _check_objects(guide: object, loss: object) -> None:
+    if not callable(guide):
+        raise TypeError(f"guide must be callable (a Pyro guide), got {type(guide).__name__}")
+    if loss is not None and not isinstance(loss, ELBO):
+        raise TypeError(f"loss must be a pyro.infer ELBO, got {type(loss).__name__}")
+
+
 def fit(
     model: torch.nn.Module,
     guide: Callable,
     x: Tensor,
     y: Tensor | None,
+    config: FitConfig | Mapping[str, Any] | None = None,
     *,
-    steps: int = 1000,
     optimizer: pyro.optim.PyroOptim | str | None = None,
-    lr: float = 1e-2,
     loss: ELBO | None = None,
-    num_particles: int = 1,
-    batch_size: int | None = None,
-    tol: float | None = None,
-    patience: int = 3,
-    window: int | None = None,
-    seed: int = 0,
-    device: str | torch.device | None = None,
-    progress: bool = True,
     callbacks: Sequence[Callback] = (),
-    config: dict | None = None,
     spec: dict | None = None,
+    **settings: Any,
 ) -> FitResult:
     """Fit ``guide`` to ``model`` on ``(x, y)``.
 
-    :param steps: step budget (iterations; with ``batch_size`` one step is one minibatch).
-    :param optimizer: a ``PyroOptim`` (per-parameter arguments through a callable work as in Pyro) or
-        a name for :func:`make_optimizer` with ``lr``; default Adam.
-    :param loss: a Pyro ELBO; default ``Trace_ELBO(num_particles)``.
-    :param batch_size: minibatch size (``None``: full batch).
-    :param tol: stop early when the relative ELBO change is below ``tol`` (see :class:`ConvergenceMonitor`;
-        ``window`` defaults to 1 for pure-CAVI guides and 50 otherwise).
-    :param seed: seeds Pyro/torch/numpy/random and the minibatch order; the same seed gives the same run.
-    :param device: ``"cpu"``/``"cuda"``; default ``ZOO_DEVICE`` or CPU.  Model, guide and data are moved.
-    :param callbacks: ``cb(step, elbo, result)``; raising ``StopIteration`` stops the fit.
+    Settings come from ``config`` (a :class:`~zoo.infer.config.FitConfig` or a mapping) updated by
+    keywords (``fit(m, g, x, y, steps=500, lr=1e-3)`` works as before configs existed):
+
+    * ``steps``: step budget (iterations; with ``batch_size`` one step is one minibatch);
+    * ``optimizer``/``lr``: an optimizer name for :func:`make_optimizer` (default Adam), or pass a
+      ``PyroOptim`` instance as ``optimizer=`` (per-parameter arguments through a callable work as in Pyro);
+    * ``num_particles``: particles of the default ``Trace_ELBO``;
+    * ``batch_size``: minibatch size (``None``: full batch);
+    * ``tol``/``patience``/``window``: stop early when the relative ELBO change is below ``tol`` (see
+      :class:`ConvergenceMonitor`; ``window`` defaults to 1 for pure-CAVI guides and 50 otherwise);
+    * ``seed``: seeds Pyro/torch/numpy/random and the minibatch order; the same seed gives the same run;
+    * ``device``: ``"cpu"``/``"cuda"``; default ``ZOO_DEVICE`` or CPU.  Model, guide and data are moved;
+    * ``progress``: show a progress bar; ``metadata``: plain data recorded in ``FitResult.config``.
+
+    Objects stay arguments: ``loss`` (a Pyro ELBO; default ``Trace_ELBO(num_particles)``), ``callbacks``
+    (``cb(step, elbo, result)``; raising ``StopIteration`` stops the fit) and the registry ``spec``
+    recorded for checkpoints.
     """
-    steps = check_positive_int("steps", steps, allow_zero=True)
-    seed = check_positive_int("seed", seed, allow_zero=True)
-    num_particles = check_positive_int("num_particles", num_particles)
-    if batch_size is not None:
-        batch_size = check_positive_int("batch_size", batch_size)
-    if tol is not None:
-        check_positive("tol", tol)
-    if not callable(guide):
-        raise TypeError(f"guide must be callable (a Pyro guide), got {type(guide).__name__}")
+    optim = _split_optimizer(optimizer, settings)
+    cfg = resolve_fit_config(config, settings)
+    _check_objects(guide, loss)
     check_data(x, y, getattr(model, "task", None))
-    dev = resolve_device(device)
+    dev = resolve_device(cfg.device)
     model.to(dev)
     if isinstance(guide, torch.nn.Module):
         guide.to(dev)
     x = x.to(dev)
     y = None if y is None else y.to(dev)
+    if optim is None:
+        optim = make_optimizer(cfg.optimizer, cfg.lr)
+    pyro.set_rng_seed(cfg.seed)
+    result = _new_result(model, guide, (x, y), cfg, optim, loss, spec, dev)
+    return run_steps(result, x, y, cfg.steps, progress=cfg.progress, callbacks=callbacks)
 
-    if optimizer is None or isinstance(optimizer, str):
-        optim = make_optimizer(optimizer or "adam", lr)
-    elif isinstance(optimizer, pyro.optim.PyroOptim):
-        optim = optimizer
-    else:
-        raise TypeError(f"optimizer must be a pyro.optim.PyroOptim or a name, got {type(optimizer).__name__}")
-    if loss is not None and not isinstance(loss, ELBO):
-        raise TypeError(f"loss must be a pyro.infer ELBO, got {type(loss).__name__}")
 
-    pyro.set_rng_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
+def _new_result(model, guide, data, cfg: FitConfig, optim, loss, spec, dev: torch.device) -> FitResult:
+    """A fresh :class:`FitResult` with the effective config (window, optimizer name) and loop state."""
+    x, y = data
     pure_cavi = not getattr(guide, "uses_gradients", True)
-    cfg = {
-        "steps": steps,
-        "lr": lr,
-        "num_particles": num_particles,
-        "batch_size": batch_size,
-        "tol": tol,
-        "patience": patience,
-        "window": window if window is not None else (1 if pure_cavi else 50),
-        "optimizer": getattr(optim.pt_optim_constructor, "__name__", type(optim).__name__),
-        **(config or {}),
-    }
+    cfg = cfg.replace(
+        window=cfg.window if cfg.window is not None else (1 if pure_cavi else 50),
+        optimizer=optimizer_name(optim) or cfg.optimizer,
+    )
     result = FitResult(
         model=model,
         guide=guide,
-        seed=seed,
-        config=cfg,
+        seed=cfg.seed,
+        config=cfg.record(),
         device=dev,
         optim=optim,
-        loss=loss if loss is not None else Trace_ELBO(num_particles=num_particles),
-        loop_state={"gen": gen, "perm": None, "pos": 0, "epoch": 0},
+        loss=loss if loss is not None else Trace_ELBO(num_particles=cfg.num_particles),
+        loop_state={"gen": torch.Generator().manual_seed(cfg.seed), "perm": None, "pos": 0, "epoch": 0},
         spec=spec,
         example=(x[:2].detach().cpu(), None if y is None else y[:2].detach().cpu()),
     )
-    if tol is not None:
-        result.loop_state["monitor"] = ConvergenceMonitor(tol, patience, cfg["window"])
-    return run_steps(result, x, y, steps, progress=progress, callbacks=callbacks)
+    if cfg.tol is not None:
+        result.loop_state["monitor"] = ConvergenceMonitor(cfg.tol, cfg.patience, cfg.window)
+    return result
 
 
 def resume(
@@ -296,6 +197,41 @@ def resume(
     return run_steps(result, x, y, steps, progress=progress, callbacks=callbacks)
 
 
+def _step(svi: SVI, result: FitResult, x: Tensor, y: Tensor | None, idx: Tensor | None) -> float:
+    """One iteration (gradient step, then closed-form step); returns the ELBO it reports."""
+    guide = result.guide
+    loss_value = svi.step(x, y, subsample=idx) if getattr(guide, "uses_gradients", True) else None
+    elbo = None
+    if isinstance(guide, ClosedFormGuide):
+        with torch.no_grad():
+            guide.closed_form_update(result.model, x, y, subsample=idx)
+            elbo = guide.closed_form_elbo(result.model, x, y, subsample=idx)
+    if elbo is None:
+        if loss_value is None:
+            with torch.no_grad():
+                loss_value = svi.evaluate_loss(x, y, subsample=idx)
+        elbo = -float(loss_value)
+    return float(elbo)
+
+
+def _record(result: FitResult, elbo: float, callbacks: Sequence[Callback]) -> bool:
+    """Book-keep one step; True when the fit should stop (a callback or the stopping rule)."""
+    result.elbo.append(elbo)
+    result.steps += 1
+    if not math.isfinite(elbo):
+        raise FloatingPointError(f"ELBO became {elbo} at step {result.steps}; lower lr or check data")
+    try:
+        for cb in callbacks:
+            cb(result.steps, elbo, result)
+    except StopIteration:
+        return True
+    monitor: ConvergenceMonitor | None = result.loop_state.get("monitor")
+    if monitor is not None and monitor.update(elbo):
+        result.converged = True
+        return True
+    return False
+
+
 def run_steps(
     result: FitResult,
     x: Tensor,
@@ -305,46 +241,21 @@ def run_steps(
     progress: bool = True,
     callbacks: Sequence[Callback] = (),
 ) -> FitResult:
-    model, guide = result.model, result.guide
-    closed_form = isinstance(guide, ClosedFormGuide)
-    uses_grad = getattr(guide, "uses_gradients", True)
-    monitor: ConvergenceMonitor | None = result.loop_state.get("monitor")
+    """Run up to ``steps`` iterations of ``result``'s fit (see the module docstring)."""
     n = x.shape[0]
     batch_size = result.config.get("batch_size")
     t0 = time.perf_counter()
     with result.activate():
-        svi = SVI(model, guide, result.optim, result.loss)
+        svi = SVI(result.model, result.guide, result.optim, result.loss)
         bar = tqdm(total=steps, disable=not progress, desc="fit", leave=False)
         try:
             for _ in range(steps):
                 idx = _next_batch(result.loop_state, n, batch_size, result.device)
-                loss_value = svi.step(x, y, subsample=idx) if uses_grad else None
-                elbo = None
-                if closed_form:
-                    with torch.no_grad():
-                        guide.closed_form_update(model, x, y, subsample=idx)
-                        elbo = guide.closed_form_elbo(model, x, y, subsample=idx)
-                if elbo is None:
-                    if loss_value is None:
-                        with torch.no_grad():
-                            loss_value = svi.evaluate_loss(x, y, subsample=idx)
-                    elbo = -float(loss_value)
-                result.elbo.append(float(elbo))
-                result.steps += 1
+                elbo = _step(svi, result, x, y, idx)
                 bar.update(1)
-                if result.steps % 50 == 0:
+                if result.steps % 50 == 49:
                     bar.set_postfix(elbo=f"{elbo:.4g}")
-                if not math.isfinite(elbo):
-                    raise FloatingPointError(
-                        f"ELBO became {elbo} at step {result.steps}; lower lr or check data"
-                    )
-                try:
-                    for cb in callbacks:
-                        cb(result.steps, elbo, result)
-                except StopIteration:
-                    break
-                if monitor is not None and monitor.update(elbo):
-                    result.converged = True
+                if _record(result, elbo, callbacks):
                     break
         finally:
             bar.close()

@@ -16,10 +16,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import pyro
+import pyro.optim
 import torch
 from pyro.optim import PyroOptim
 
-__all__ = ["FusedPyroOptim"]
+from zoo.core.validation import check_positive
+
+__all__ = ["FusedPyroOptim", "make_optimizer", "optimizer_name"]
+
+#: the torch optimizers behind the fused names of :func:`make_optimizer`
+_FUSED = {
+    "adam": torch.optim.Adam,
+    "sgd": torch.optim.SGD,
+    "rmsprop": torch.optim.RMSprop,
+    "adagrad": torch.optim.Adagrad,
+}
+#: constructor class name (lower case) -> :func:`make_optimizer` name
+_BY_CONSTRUCTOR = {
+    "adam": "adam",
+    "clippedadam": "clipped_adam",
+    "sgd": "sgd",
+    "adagrad": "adagrad",
+    "rmsprop": "rmsprop",
+}
 
 
 def _freeze_args(args: dict) -> tuple:
@@ -102,3 +121,23 @@ class FusedPyroOptim(PyroOptim):
                 "param_groups": [{**meta, "params": [0]}],
             }
         return out
+
+
+def make_optimizer(name: str = "adam", lr: float = 1e-2, **kwargs) -> PyroOptim:
+    """A Pyro optimizer by name (``adam``, ``clipped_adam``, ``sgd``, ``adagrad``, ``rmsprop``).
+
+    ``adam``/``sgd``/``rmsprop``/``adagrad`` are :class:`FusedPyroOptim` (one ``foreach`` torch optimizer
+    over every parameter; checkpoint state in ``pyro.optim``'s per-parameter format); ``clipped_adam`` is
+    Pyro's own per-parameter ``ClippedAdam``."""
+    if name in _FUSED:
+        return FusedPyroOptim(_FUSED[name], {"lr": check_positive("lr", lr), **kwargs})
+    if name == "clipped_adam":
+        return pyro.optim.ClippedAdam({"lr": check_positive("lr", lr), **kwargs})
+    raise ValueError(f"optimizer must be one of {sorted([*_FUSED, 'clipped_adam'])}, got {name!r}")
+
+
+def optimizer_name(optim: PyroOptim | str) -> str | None:
+    """The :func:`make_optimizer` name that rebuilds ``optim``'s kind (a ``PyroOptim`` or its torch
+    constructor's class name, e.g. ``"Adam"``); ``None`` if there is none."""
+    ctor = optim if isinstance(optim, str) else getattr(optim.pt_optim_constructor, "__name__", "")
+    return _BY_CONSTRUCTOR.get(ctor.lower())

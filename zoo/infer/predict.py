@@ -18,10 +18,12 @@ import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyro
 import torch
 from pyro import poutine
+from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from zoo.core.validation import check_positive_int, check_same_device, check_tensor
@@ -73,7 +75,9 @@ def _guide_trace(guide, c: int, x: Tensor, seed: int | None = None):
             return poutine.trace(guide).get_trace(x, None)
 
 
-def iter_draws(result, x: Tensor, num_samples: int, sample_chunk: int = 50, data_chunk: int = 4096):
+def iter_draws(
+    result: Any, x: Tensor, num_samples: int, sample_chunk: int = 50, data_chunk: int = 4096
+) -> Iterator[tuple[slice, slice, Tensor, dict, Any]]:
     """Yield ``(draw_slice, row_slice, f, latents, guide_trace)`` over chunks of draws and rows.
 
     ``f`` has shape ``(c, n, out)``; ``latents`` is the likelihood's dict (e.g. ``sigma2`` ``(c, 1)``).
@@ -131,7 +135,7 @@ def _rescaled(p: Predictions, mu: float, sd: float) -> Predictions:
 
 
 def predict(
-    result,
+    result: Any,
     x: Tensor,
     *,
     num_samples: int = 100,
@@ -161,53 +165,71 @@ def predict(
         return _rescaled(out, mu, sd)
     if predictive_kwargs:
         raise TypeError(f"predict() got unexpected arguments {sorted(predictive_kwargs)} for this guide")
-    lik = result.model.likelihood
-    task = lik.task
-    n = x.shape[0]
+    draws = (num_samples, sample_chunk, data_chunk)
     with _seeded(seed):
-        if task == "regression":
-            out_shape = (n,) if lik.out_features == 1 else (n, lik.out_features)
-            s1 = torch.zeros(out_shape, dtype=x.dtype, device=x.device)
-            s2 = torch.zeros_like(s1)
-            locs = (
-                torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device) if keep_draws else None
-            )
-            scales = torch.empty_like(locs) if keep_draws else None
-            samples = (
-                torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device)
-                if return_samples
-                else None
-            )
-            for s, r, f, latents, _ in iter_draws(result, x, num_samples, sample_chunk, data_chunk):
-                loc, var = lik.predictive_moments(f, latents)
-                loc = loc * sd + mu
-                var = var * sd**2
-                s1[r] += loc.sum(0)
-                s2[r] += (var + loc**2).sum(0)
-                if keep_draws:
-                    locs[s, r] = loc
-                    scales[s, r] = var.sqrt()
-                if return_samples:
-                    samples[s, r] = loc + var.sqrt() * torch.randn_like(loc)
-            mean = s1 / num_samples
-            var = (s2 / num_samples - mean**2).clamp_min(0)
-            return Predictions(task, mean=mean, var=var, loc=locs, scale=scales, samples=samples)
-        k = 2 if task == "binary" else lik.out_features
-        acc = torch.zeros((n, k), dtype=x.dtype, device=x.device)
-        draws = torch.empty((num_samples, n, k), dtype=x.dtype, device=x.device) if keep_draws else None
-        samples = torch.empty((num_samples, n), dtype=torch.long, device=x.device) if return_samples else None
-        for s, r, f, _, _ in iter_draws(result, x, num_samples, sample_chunk, data_chunk):
-            p = lik.probs(f)
-            acc[r] += p.sum(0)
-            if keep_draws:
-                draws[s, r] = p
-            if return_samples:
-                samples[s, r] = torch.distributions.Categorical(probs=p).sample()
-        return Predictions(task, probs=acc / num_samples, draw_probs=draws, samples=samples)
+        if result.model.likelihood.task == "regression":
+            return _predict_regression(result, x, draws, keep_draws, return_samples, mu, sd)
+        return _predict_classes(result, x, draws, keep_draws, return_samples)
+
+
+def _predict_regression(
+    result,
+    x: Tensor,
+    draws: tuple[int, int, int],
+    keep_draws: bool,
+    return_samples: bool,
+    mu: float,
+    sd: float,
+) -> Predictions:
+    """Moments over draws (law of total variance), per-draw locations/scales, joint samples."""
+    lik = result.model.likelihood
+    num_samples, n = draws[0], x.shape[0]
+    out_shape = (n,) if lik.out_features == 1 else (n, lik.out_features)
+    s1 = torch.zeros(out_shape, dtype=x.dtype, device=x.device)
+    s2 = torch.zeros_like(s1)
+    locs = torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device) if keep_draws else None
+    scales = torch.empty_like(locs) if keep_draws else None
+    samples = (
+        torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device) if return_samples else None
+    )
+    for s, r, f, latents, _ in iter_draws(result, x, *draws):
+        loc, var = lik.predictive_moments(f, latents)
+        loc = loc * sd + mu
+        var = var * sd**2
+        s1[r] += loc.sum(0)
+        s2[r] += (var + loc**2).sum(0)
+        if keep_draws:
+            locs[s, r] = loc
+            scales[s, r] = var.sqrt()
+        if return_samples:
+            samples[s, r] = loc + var.sqrt() * torch.randn_like(loc)
+    mean = s1 / num_samples
+    var = (s2 / num_samples - mean**2).clamp_min(0)
+    return Predictions(lik.task, mean=mean, var=var, loc=locs, scale=scales, samples=samples)
+
+
+def _predict_classes(
+    result, x: Tensor, draws: tuple[int, int, int], keep_draws: bool, return_samples: bool
+) -> Predictions:
+    """Model-averaged class probabilities, per-draw probabilities, sampled labels."""
+    lik = result.model.likelihood
+    num_samples, n = draws[0], x.shape[0]
+    k = 2 if lik.task == "binary" else lik.out_features
+    acc = torch.zeros((n, k), dtype=x.dtype, device=x.device)
+    per_draw = torch.empty((num_samples, n, k), dtype=x.dtype, device=x.device) if keep_draws else None
+    samples = torch.empty((num_samples, n), dtype=torch.long, device=x.device) if return_samples else None
+    for s, r, f, _, _ in iter_draws(result, x, *draws):
+        p = lik.probs(f)
+        acc[r] += p.sum(0)
+        if keep_draws:
+            per_draw[s, r] = p
+        if return_samples:
+            samples[s, r] = torch.distributions.Categorical(probs=p).sample()
+    return Predictions(lik.task, probs=acc / num_samples, draw_probs=per_draw, samples=samples)
 
 
 def log_likelihood(
-    result,
+    result: Any,
     x: Tensor,
     y: Tensor,
     *,
@@ -237,7 +259,7 @@ def log_likelihood(
 
 
 def posterior_samples(
-    result,
+    result: Any,
     num_samples: int = 100,
     *,
     sample_chunk: int = 100,
@@ -258,7 +280,7 @@ def posterior_samples(
                     or site["is_observed"]
                     or name.startswith("_")
                     or site["infer"].get("is_auxiliary")
-                    or type(site["fn"]).__name__ == "_Subsample"  # a plate's subsample indices
+                    or site_is_subsample(site)  # a plate's subsample indices
                 ):
                     continue
                 v = site["value"]

@@ -1,10 +1,12 @@
 """Closed-form expectations and entropies shared by every CAVI / closed-form update in the zoo.
 
 Written once here and imported by the guides (conjugate regression, bow-tie η² factors, horseshoe
-inverse-gamma auxiliaries, collapsed hyper-posteriors), so no update formula is copy-pasted.
+inverse-gamma auxiliaries, collapsed hyper-posteriors), so no update formula is copy-pasted.  The
+entropies are :mod:`torch.distributions`' own ``entropy()`` (built with ``validate_args=False``: callers
+pass parameters that are positive by construction, and the ELBO path must not pay for the checks).
 
 Parameterizations: ``InverseGamma(a, b)`` has density ``b^a / Γ(a) x^{-a-1} e^{-b/x}``;
-``Gamma(a, b)`` has rate ``b``.
+``Gamma(a, b)`` has rate ``b`` (Bishop 2006, *Pattern Recognition and Machine Learning*, App. B).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.distributions import Gamma, InverseGamma, MultivariateNormal
 
 __all__ = [
     "inverse_gamma_moments",
@@ -35,8 +38,8 @@ def inverse_gamma_moments(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]
 
 
 def inverse_gamma_entropy(a: Tensor, b: Tensor) -> Tensor:
-    """``H[IG(a, b)] = a + log b + lgamma(a) - (1 + a) digamma(a)``."""
-    return a + torch.log(b) + torch.lgamma(a) - (1 + a) * torch.digamma(a)
+    """``H[IG(a, b)] = a + log b + lgamma(a) - (1 + a) digamma(a)`` (torch's ``InverseGamma.entropy``)."""
+    return InverseGamma(a, b, validate_args=False).entropy()
 
 
 def expected_log_inverse_gamma(a0: Tensor, b0: Tensor, e_log: Tensor, e_recip: Tensor) -> Tensor:
@@ -50,7 +53,8 @@ def gamma_moments(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def gamma_entropy(a: Tensor, b: Tensor) -> Tensor:
-    return a - torch.log(b) + torch.lgamma(a) + (1 - a) * torch.digamma(a)
+    """``H[Gamma(a, rate=b)] = a - log b + lgamma(a) + (1 - a) digamma(a)`` (torch's ``Gamma.entropy``)."""
+    return Gamma(a, b, validate_args=False).entropy()
 
 
 def expected_log_gamma(a0: Tensor, b0: Tensor, e_x: Tensor, e_log: Tensor) -> Tensor:
@@ -59,9 +63,10 @@ def expected_log_gamma(a0: Tensor, b0: Tensor, e_x: Tensor, e_log: Tensor) -> Te
 
 
 def gaussian_entropy_tril(scale_tril: Tensor) -> Tensor:
-    """Entropy of ``N(m, L L^T)`` from its Cholesky factor (batched over leading dims)."""
-    d = scale_tril.shape[-1]
-    return 0.5 * d * (1 + LOG_2PI) + torch.diagonal(scale_tril, dim1=-2, dim2=-1).log().sum(-1)
+    """Entropy ``d/2 (1 + log 2π) + Σ_i log L_ii`` of ``N(m, L L^T)`` from its Cholesky factor ``L``
+    (batched over leading dims; ``torch.distributions.MultivariateNormal``)."""
+    loc = scale_tril.new_zeros(scale_tril.shape[:-1])
+    return MultivariateNormal(loc, scale_tril=scale_tril, validate_args=False).entropy()
 
 
 def expected_log_normal(second_moment: Tensor, var0: Tensor) -> Tensor:

@@ -9,8 +9,8 @@ zoo architecture routes each layer's affine map through ``architecture.linear(h,
 model runs unchanged.
 
 Users of this messenger: the LBBNN-LCRT and z-flow guides (Hubin & Storvik / Skaaret-Lund et al. 2023,
-arXiv:2305.15470 §4, the LCRT moments with inclusion probabilities) and the horseshoe BNN estimator
-(Ghosh, Yao & Doshi-Velez 2019, arXiv:1806.05975 §4.2, Eqs. 7–8).
+arXiv:2305.03395 §4, the LCRT moments with inclusion probabilities) and the horseshoe BNN estimator
+(Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388 §4.2, Eqs. 7–8).
 
 The weight-space sample sites still run (their values are not read by the shadowed ``linear``); their
 scores are constants in every parameter, so the messenger masks them in both model and guide

@@ -1,36 +1,46 @@
 """Baselines: ``mfvi-bnn`` (Gaussian prior, mean-field guide) and ``blr-cavi`` (conjugate CAVI), and the
-``mfvi-uci`` protocol."""
+``mfvi-uci`` protocol.  Builder options: :class:`~zoo.families.baselines.options.MFVIOptions` and
+:class:`~zoo.families.baselines.options.BLROptions`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from guides.autoguides import make_autoguide
 from guides.baselines.conjugate import LinearRegressionCAVIGuide
 from zoo.core.architectures import MLP
+from zoo.core.config import resolve
 from zoo.core.gaussian import GaussianPrior
 from zoo.core.likelihoods import GaussianLikelihood, make_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
+from zoo.families.baselines.options import BLROptions, MFVIOptions
+
+__all__ = ["BLROptions", "MFVIOptions", "UCI8", "UCI_FOLDER"]
 
 
 def _mfvi_build(
-    in_features,
-    out_features,
-    task,
-    hidden,
-    weight_scale=1.0,
-    bias_scale=1.0,
-    fan_in_scaling=False,
-    noise_concentration=2.0,
-    noise_rate=0.5,
-):
+    in_features: int,
+    out_features: int,
+    task: str,
+    hidden: Sequence[int],
+    options: MFVIOptions | Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> BayesianModel:
+    """``MLP x GaussianPrior x likelihood of task``; ``options`` (an :class:`MFVIOptions` or a mapping) is
+    updated by keyword options (``weight_scale=0.5``, ``fan_in_scaling=True``, ...)."""
+    opts = resolve(MFVIOptions, options, kwargs)
     arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
-    prior = GaussianPrior(weight_scale, bias_scale, fan_in_scaling)
+    prior = GaussianPrior(opts.weight_scale, opts.bias_scale, opts.fan_in_scaling)
     # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
     lik = make_likelihood(
-        task, out_features, noise="inverse_gamma", concentration=noise_concentration, rate=noise_rate
+        task,
+        out_features,
+        noise="inverse_gamma",
+        concentration=opts.noise_concentration,
+        rate=opts.noise_rate,
     )
     return BayesianModel(arch, prior, lik)
 
@@ -44,36 +54,47 @@ register(
         name="mfvi-bnn",
         summary="Gaussian-prior MLP BNN, mean-field Gaussian guide (the mfVI / Bayes-by-backprop baseline)",
         build=_mfvi_build,
+        options=MFVIOptions,
         guides={g: _autoguide(g) for g in ("normal", "lowrank", "diagonal", "mvn", "delta")},
         fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
         references=(
-            "Blundell et al. 2015, Weight Uncertainty in Neural Networks (ICML)",
-            "paper 000 App. D.2 'mfVI' baseline; paper 002 'MF-VI'",
+            "Blundell, Cornebise, Kavukcuoglu & Wierstra 2015, Weight Uncertainty in Neural Networks "
+            "(ICML; arXiv:1505.05424)",
+            "Sheinkman & Wade 2025 (arXiv:2411.11132), App. D.2 'mfVI' baseline; "
+            "Tomczak, Swaroop, Foong & Turner 2021 (NeurIPS) 'MF-VI'",
         ),
         extra_metrics=lambda run: _ood_if_images(run),
     )
 )
 
 
-def _ood_if_images(run) -> dict:
-    """Out-of-domain entropy (:func:`zoo.experiments.runs.ood_metrics`) for a fit on mnist10k/kmnist10k: the dense
-    baseline of the LBBNN image protocols."""
+def _ood_if_images(run: Any) -> dict:
+    """Out-of-domain entropy (:func:`zoo.experiments.runs.ood_metrics`) for a fit on mnist10k/kmnist10k: the
+    dense baseline of the LBBNN image protocols."""
     from zoo.experiments.runs import OOD_PARTNER, ood_metrics
 
     return ood_metrics(run) if run.dataset.name in OOD_PARTNER else {}
 
 
 def _blr_build(
-    in_features, out_features, task, hidden, weight_scale=1.0, noise_concentration=2.0, noise_rate=1.0
-):
+    in_features: int,
+    out_features: int,
+    task: str,
+    hidden: Sequence[int],
+    options: BLROptions | Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> BayesianModel:
+    """Bayesian linear regression ``MLP(d, (), 1, bias=False) x GaussianPrior x GaussianLikelihood`` with an
+    inverse-gamma noise variance; ``options``: a :class:`BLROptions` or a mapping, updated by keywords."""
+    opts = resolve(BLROptions, options, kwargs)
     if hidden:
         raise ValueError("hidden: blr-cavi is a linear model; use hidden=()")
     if out_features != 1:
         raise ValueError("out_features: blr-cavi has a single output")
     return BayesianModel(
         MLP(in_features, (), 1, bias=False),
-        GaussianPrior(weight_scale),
-        GaussianLikelihood("inverse_gamma", noise_concentration, noise_rate),
+        GaussianPrior(opts.weight_scale),
+        GaussianLikelihood("inverse_gamma", opts.noise_concentration, opts.noise_rate),
     )
 
 
@@ -82,9 +103,13 @@ register(
         name="blr-cavi",
         summary="Bayesian linear regression, Normal weights, inverse-gamma noise, full-batch mean-field CAVI",
         build=_blr_build,
+        options=BLROptions,
         guides={"cavi": LinearRegressionCAVIGuide, "normal": _autoguide("normal")},
         fit_defaults={"steps": 200, "tol": 1e-10, "batch_size": None},
-        references=("Bishop 2006 §10.1.3; Ormerod & Wand 2010, Explaining Variational Approximations",),
+        references=(
+            "Bishop 2006, Pattern Recognition and Machine Learning, §10.1.3; Ormerod & Wand 2010, "
+            "Explaining Variational Approximations (The American Statistician 64), Algorithm 1",
+        ),
         tasks=("regression",),
         default_hidden=(),
     )
@@ -131,7 +156,8 @@ register_protocol(
             ("mfvi-bnn", "uci:concrete"): {"rmse": 6.11, "nll": 3.57, "coverage": 0.8},
         },
         paper_source=(
-            "note 000 Table 4, mfVI row (10 random 90/10 splits, NumPyro ADVI; not the standard splits)"
+            "Sheinkman & Wade 2025 (arXiv:2411.11132), Table 4, mfVI row (10 random 90/10 splits, NumPyro "
+            "ADVI; not the standard splits)"
         ),
     )
 )

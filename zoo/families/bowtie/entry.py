@@ -1,27 +1,27 @@
-"""Bow-tie BNN with N-GIG shrinkage and closed-form CAVI (paper 000, Sheinkman & Wade): registry entry
-``bowtie`` and the protocols ``bowtie-diabetes`` and ``bowtie-uci`` (registered, not run here).
+"""Bow-tie BNN with N-GIG shrinkage and closed-form CAVI (Sheinkman & Wade 2025, arXiv 2411.11132): registry
+entry ``bowtie`` and the protocols ``bowtie-diabetes`` and ``bowtie-uci`` (registered, not run here).
 
-Model: :class:`zoo.families.bowtie.model.BowtieModel` (stochastic-ReLU "bow tie" units with Pólya–Gamma augmentation, Eqs.
-1–9;
-N-GIG priors Eqs. 5–7 with App. D.1 scaling; IG noise variances).  Guides (first = default): ``cavi``
-(structured
-mean-field CAVI, Eqs. 13–19, Algorithm 1) and ``cavi-em`` (the same plus the EM step for ``delta_glob``,
-§3.2).
-Fit defaults follow the paper: raw (unstandardized) targets, full batch, stop when three consecutive
-relative ELBO
-changes are below 1e-5 (§4, App. D.1), at most 200 sweeps ([code]).  Hyperparameters left ``None`` are the
-data-dependent [code] defaults of note §1.7, resolved from an OLS fit at initialization.
+Model: :class:`zoo.families.bowtie.model.BowtieModel` (stochastic-ReLU "bow tie" units with Pólya–Gamma
+augmentation, Eqs. 1–9; N-GIG priors Eqs. 5–7 with App. D.1 scaling; IG noise variances), built from a
+:class:`~zoo.families.bowtie.options.BowtieOptions`.  Guides (first = default): ``cavi`` (structured
+mean-field CAVI, Eqs. 13–19, Algorithm 1), ``cavi-em`` (the same plus the EM step for ``delta_glob``,
+§3.2) and ``cavi-textbook-svi`` (the linear ``beta`` blend in SVI, §3.3).  Fit defaults follow the paper: raw
+(unstandardized) targets, full batch, stop when three consecutive relative ELBO changes are below 1e-5 (§4,
+App. D.1), at most 200 sweeps (the authors' code).  Hyperparameters left ``None`` are the data-dependent
+defaults of the authors' code, resolved from an OLS fit at initialization.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from guides.bowtie.cavi import BowtieCAVIGuide
+from zoo.core.config import resolve
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.entry import UCI_FOLDER
 from zoo.families.bowtie.model import BowtieModel
+from zoo.families.bowtie.options import BowtieOptions
 from zoo.families.bowtie.prior import BowtieNoisePrior, GaussianBowtiePrior, NGIGPrior
 
 REFERENCES = (
@@ -30,62 +30,50 @@ REFERENCES = (
 )
 
 
+def _weight_prior(opts: BowtieOptions) -> NGIGPrior | GaussianBowtiePrior:
+    """The weight prior of ``opts``; ``None`` (data-dependent) values start at 1 until initialization."""
+    delta_glob = 1.0 if opts.delta_glob is None else opts.delta_glob
+    bias_scale = 1.0 if opts.bias_scale is None else opts.bias_scale
+    if opts.gaussian_prior:
+        return GaussianBowtiePrior(delta_glob, opts.delta_loc, bias_scale, opts.scale_with_architecture)
+    return NGIGPrior(
+        opts.nu_glob,
+        delta_glob,
+        opts.lam_glob,
+        opts.nu_loc,
+        opts.delta_loc,
+        opts.lam_loc,
+        bias_scale,
+        opts.scale_with_architecture,
+    )
+
+
 def build_bowtie(
     in_features: int,
     out_features: int,
     task: str,
     hidden: Sequence[int],
-    temperature: float = 0.1,
-    nu_glob: float = -1.5,
-    delta_glob: float | None = None,
-    lam_glob: float = 0.0,
-    nu_loc: float = -1.5,
-    delta_loc: float = 1.0,
-    lam_loc: float = 0.0,
-    bias_scale: float | None = None,
-    scale_with_architecture: bool = True,
-    noise_concentration: float = 2.0,
-    noise_rate: float | None = None,
-    hidden_noise_concentration: float = 2.0,
-    hidden_noise_rate: float = 1e-4,
-    gaussian_prior: bool = False,
+    options: BowtieOptions | Mapping | None = None,
+    **kwargs,
 ) -> BowtieModel:
-    """Build the bow-tie model; ``None`` hyperparameters are resolved from the data (OLS, note §1.7).
-    ``gaussian_prior=True`` is the GVBNN ablation (:class:`~zoo.families.bowtie.prior.GaussianBowtiePrior`: Gaussian
-    weights with the N-GIG prior's mean variance; the ``nu``/``lam`` options are then unused)."""
+    """Build the bow-tie model from ``options`` (a :class:`~zoo.families.bowtie.options.BowtieOptions` or a
+    mapping) updated by keyword options (``temperature=0.5``, ``gaussian_prior=True``, ...).  ``None``
+    hyperparameters are resolved from the data (OLS) at initialization; ``gaussian_prior=True`` is the GVBNN
+    ablation (:class:`~zoo.families.bowtie.prior.GaussianBowtiePrior`)."""
     if task != "regression":
-        raise ValueError(f"task: the bow-tie BNN is regression only (paper 000 §1.6), got {task!r}")
-    if not isinstance(gaussian_prior, bool):
-        raise TypeError(f"gaussian_prior: expected a bool, got {gaussian_prior!r}")
-    if gaussian_prior:
-        prior = GaussianBowtiePrior(
-            1.0 if delta_glob is None else delta_glob,
-            delta_loc,
-            1.0 if bias_scale is None else bias_scale,
-            scale_with_architecture,
-        )
-    else:
-        prior = NGIGPrior(
-            nu_glob,
-            1.0 if delta_glob is None else delta_glob,
-            lam_glob,
-            nu_loc,
-            delta_loc,
-            lam_loc,
-            1.0 if bias_scale is None else bias_scale,
-            scale_with_architecture,
-        )
+        raise ValueError(f"task: the bow-tie BNN is regression only (paper 000), got {task!r}")
+    opts = resolve(BowtieOptions, options, kwargs)
     return BowtieModel(
         in_features,
         hidden,
         out_features,
-        temperature=temperature,
-        prior=prior,
-        hidden_noise=BowtieNoisePrior(hidden_noise_concentration, hidden_noise_rate),
-        noise_concentration=noise_concentration,
-        noise_rate=noise_rate,
-        auto_bias_scale=bias_scale is None,
-        auto_delta_glob=delta_glob is None,
+        temperature=opts.temperature,
+        prior=_weight_prior(opts),
+        hidden_noise=BowtieNoisePrior(opts.hidden_noise_concentration, opts.hidden_noise_rate),
+        noise_concentration=opts.noise_concentration,
+        noise_rate=opts.noise_rate,
+        auto_bias_scale=opts.bias_scale is None,
+        auto_delta_glob=opts.delta_glob is None,
     )
 
 
@@ -94,6 +82,7 @@ register(
         name="bowtie",
         summary="Bow-tie BNN (stochastic ReLU + Polya-Gamma), N-GIG shrinkage, closed-form structured CAVI",
         build=build_bowtie,
+        options=BowtieOptions,
         guides={
             "cavi": BowtieCAVIGuide,
             "cavi-em": lambda model: BowtieCAVIGuide(model, em=True),
@@ -131,7 +120,7 @@ register_protocol(
 _UCI_SETS = ("yacht", "boston", "energy", "concrete")
 
 
-# SVBNN: the [code] SVI defaults (note 000 §1.7 table): minibatch 100, forgetting rate 0.75; 200 epochs at
+# SVBNN: the SVI defaults of the authors' code: minibatch 100, forgetting rate 0.75; 200 epochs at
 # most, as CAVI's 200 sweeps, with the windowed relative-ELBO stopping rule on the noisy ELBO.
 SVI_BATCH = 100
 SVI_EPOCHS = 200
@@ -153,7 +142,7 @@ def _uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     ]
 
 
-_TABLE4 = {  # note 000 Table 4: (rmse, nll, coverage) per dataset, 10 random 90/10 splits
+_TABLE4 = {  # paper Table 4: (rmse, nll, coverage) per dataset, 10 random 90/10 splits
     "VBNN": {"yacht": (2.47, 2.25, 0.96), "boston": (3.47, 2.69, 0.95), "energy": (1.37, 1.75, 0.98),
              "concrete": (7.67, 3.5, 0.94)},
     "4VBNN": {"yacht": (1.23, 1.97, 0.99), "boston": (3.21, 2.57, 0.97), "energy": (1.1, 1.63, 0.99),

@@ -1,32 +1,30 @@
-"""The augmented bow-tie BNN of paper 000 (Sheinkman & Wade), as a Pyro model.
+"""The augmented bow-tie BNN of paper 000 (Sheinkman & Wade 2025, arXiv 2411.11132), as a Pyro model.
 
 Generative model (Eqs. (1)–(4) with the Pólya–Gamma augmentation of §2.3–2.4), hidden layers ``l = 0..L-1``
 (paper layers ``1..L``), output layer ``L`` (paper ``L + 1``), ``a_{-1} := x``::
 
-    z_l      = W_l a_{l-1} + b_l                                      (deterministic)
-    gamma_l  ~ Bern(sigmoid(z_l / T))                                 site fc{l}.gamma  (E2: stochastic ReLU
-    gate)
-    omega_l  ~ PG(1, z_l / T)                                         site fc{l}.omega  (PG augmentation, E8)
-    a_l      ~ N(gamma_l * z_l, diag(eta^2_l))                        site fc{l}.a
-    y        ~ N(W_L a_{L-1} + b_L, sigma2)                           site obs (``sigma2`` = eta^2_{L+1})
+    z_l      = W_l a_{l-1} + b_l                        (deterministic)
+    gamma_l  ~ Bern(sigmoid(z_l / T))                   site fc{l}.gamma  (Eq. 2: stochastic ReLU gate)
+    omega_l  ~ PG(1, z_l / T)                           site fc{l}.omega  (PG augmentation, Eq. 8)
+    a_l      ~ N(gamma_l * z_l, diag(eta^2_l))          site fc{l}.a
+    y        ~ N(W_L a_{L-1} + b_L, sigma2)             site obs (``sigma2`` = eta^2_{L+1})
 
-with the N-GIG prior :class:`~zoo.families.bowtie.prior.NGIGPrior` on ``(W, b)`` (Eqs. 5–7), ``eta^2_l ~ IG(alpha_0^h,
-beta_0^h)`` (:class:`~zoo.families.bowtie.prior.BowtieNoisePrior`) and ``sigma2 ~ IG(alpha_0, beta_0)``.
+with the N-GIG prior :class:`~zoo.families.bowtie.prior.NGIGPrior` on ``(W, b)`` (Eqs. 5–7),
+``eta^2_l ~ IG(alpha_0^h, beta_0^h)`` (:class:`~zoo.families.bowtie.prior.BowtieNoisePrior`) and
+``sigma2 ~ IG(alpha_0, beta_0)``.
 
 **Why ``omega ~ PG(1, z/T)`` and not ``PG(1, 0)``.**  The augmented joint of §2.4 writes, per hidden unit,
 ``1/2 exp(kappa z/T) exp(-omega z^2/(2T^2)) PG(omega | 1, 0)`` with ``kappa = gamma - 1/2`` *in place of* the
-Bernoulli factor (note §1.5: do not count it twice).  Using ``PG(omega | 1, c) = cosh(c/2) exp(-c^2 omega/2)
-PG(omega | 1, 0)`` (note §1.5) this equals ``Bern(gamma | sigmoid(z/T)) PG(omega | 1, z/T)`` exactly,
-pointwise —
+Bernoulli factor (it must not be counted twice).  Using ``PG(omega | 1, c) = cosh(c/2) exp(-c^2 omega/2)
+PG(omega | 1, 0)`` (Eq. 9) this equals ``Bern(gamma | sigmoid(z/T)) PG(omega | 1, z/T)`` exactly, pointwise —
 so the Pyro model above has the paper's augmented log-joint, ``omega`` is a proper (ignorable) child, and the
 closed-form ELBO of :mod:`guides.bowtie.cavi` can be checked against ``Trace_ELBO`` of this model.
 
 Works with ``Trace_ELBO``, ``Predictive`` (also vectorized particles at dim -2) and minibatch ``subsample``.
 
-Data-dependent default hyperparameters ([code], note §1.7 and §5.3) are resolved from an OLS fit of ``y`` on
-``x`` by :meth:`BowtieModel.resolve_data_priors` (the guide calls it before initializing) when they are left
-as
-``None``: ``s_0 = sqrt(|intercept|)``, ``beta_0 = min(Var(residuals)/4, 30)``,
+Data-dependent default hyperparameters (the defaults of the authors' code) are resolved from an OLS fit of
+``y`` on ``x`` by :meth:`BowtieModel.resolve_data_priors` (the guide calls it before initializing) when they
+are left as ``None``: ``s_0 = sqrt(|intercept|)``, ``beta_0 = min(Var(residuals)/4, 30)``,
 ``delta_glob = min(sqrt(max_j |beta_j|), 10)``.
 """
 
@@ -50,7 +48,7 @@ __all__ = ["BowtieModel", "PolyaGamma1", "log_cosh_half", "pg_mean"]
 
 
 def log_cosh_half(a: Tensor) -> Tensor:
-    """``log cosh(a/2)``, overflow-free (note §5.3); the shared :func:`zoo.distributions.log_cosh`."""
+    """``log cosh(a/2)``, overflow-free: the shared :func:`zoo.distributions.log_cosh`."""
     return log_cosh(0.5 * a)
 
 
@@ -69,15 +67,14 @@ class BowtieModel(BayesianModel):
 
     Args:
         in_features, hidden, out_features: architecture (any depth ``L = len(hidden) >= 1`` and widths).
-        temperature: ``T`` of the gate ``Bern(sigmoid(z/T))`` (§1.2); default 0.1 ([code] ``ModelConfig``).
+        temperature: ``T`` of the gate ``Bern(sigmoid(z/T))`` (§2.1); default 0.1 (the authors' code).
         prior: :class:`NGIGPrior` (default: IG Student-t(3) global and local scales, D.1 scaling), or
             :class:`~zoo.families.bowtie.prior.GaussianBowtiePrior` (the GVBNN ablation).
         hidden_noise: :class:`BowtieNoisePrior` (``alpha_0^h = 2``, ``beta_0^h = 1e-4``).
         noise_concentration, noise_rate: ``alpha_0``, ``beta_0`` of the output noise ``IG``;
-        ``noise_rate=None``
-            resolves ``beta_0`` from the data (module docstring).
-        auto_bias_scale, auto_delta_glob: resolve ``s_0`` / ``delta_glob`` from an OLS fit (the [code]
-        defaults).
+            ``noise_rate=None`` resolves ``beta_0`` from the data (module docstring).
+        auto_bias_scale, auto_delta_glob: resolve ``s_0`` / ``delta_glob`` from an OLS fit (the authors'
+            code defaults).
     """
 
     def __init__(
@@ -142,8 +139,8 @@ class BowtieModel(BayesianModel):
     # ------------------------------------------------------------------ data-dependent defaults
     @torch.no_grad()
     def resolve_data_priors(self, x: Tensor, y: Tensor) -> dict:
-        """Set the ``None``/auto hyperparameters from an OLS fit of ``y`` on ``x`` ([code] defaults, note
-        §1.7).
+        """Set the ``None``/auto hyperparameters from an OLS fit of ``y`` on ``x`` (the authors' code
+        defaults, module docstring).
 
         Idempotent: runs once (flag buffer ``priors_resolved``, saved in ``state_dict``).  Returns the values.
         """

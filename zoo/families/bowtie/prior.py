@@ -1,23 +1,22 @@
 """Normal–generalized-inverse-Gaussian (N-GIG) shrinkage prior and the bow-tie noise hyperprior (paper 000).
 
-Weights of layer ``l`` (sites ``fc{l}.weight``; paper layer ``l + 1``) follow the global–local prior
+Sheinkman & Wade 2025 (arXiv 2411.11132).  Weights of layer ``l`` (sites ``fc{l}.weight``; paper layer
+``l + 1``) follow the global–local prior
 
-* Eq. (5) (dropped by the extraction, note §1.3):  ``W_{l,d,d'} | tau_l, psi_{l,d,d'} ~ N(0, tau_l
-psi_{l,d,d'})``;
-* Eq. (6):  ``psi_{l,d,d'} ~ GIG(nu_loc, delta_loc_l, lam_loc)``  (site ``fc{l}.psi``, event shape ``(out,
-in)``);
-* Eq. (7):  ``tau_l ~ GIG(nu_glob, delta_glob_l, lam_glob)``      (site ``fc{l}.tau``, one per weight matrix,
-  the output layer included — note §1.3 / erratum 1: the products run to ``L + 1``);
+* Eq. (5):  ``W_{l,d,d'} | tau_l, psi_{l,d,d'} ~ N(0, tau_l psi_{l,d,d'})``;
+* Eq. (6):  ``psi_{l,d,d'} ~ GIG(nu_loc, delta_loc_l, lam_loc)``  (site ``fc{l}.psi``, event shape
+  ``(out, in)``);
+* Eq. (7):  ``tau_l ~ GIG(nu_glob, delta_glob_l, lam_glob)``  (site ``fc{l}.tau``, one per weight matrix,
+  the output layer included: the products of §2.4 run to ``L + 1``, not ``L`` as printed);
 * biases ``b_{l,d} ~ N(0, s_0^2)`` (§2.4).
 
 GIG densities are those of App. E.1; ``lam = 0`` is the inverse-gamma ``IG(-nu, delta^2/2)`` limit (Student-t
 marginals, every experiment of the paper) and is handled in closed form with torch's ``InverseGamma``;
 ``delta = 0`` is the Gamma limit; otherwise :class:`zoo.distributions.gig.GeneralizedInverseGaussian` is used.
 
-Architecture scaling (App. D.1 formula, note §1.3 and erratum 7): ``delta_glob <- delta_glob / sqrt(L)`` with
-``L`` the number of hidden layers, and ``delta_loc_l <- delta_loc / sqrt(D_{l-1})`` (fan-in, the D.1
-formula, not
-the §2.2 prose).  :class:`BowtieNoisePrior` holds the hidden-layer noise variances
+Architecture scaling (the App. D.1 formula): ``delta_glob <- delta_glob / sqrt(L)`` with ``L`` the number of
+hidden layers, and ``delta_loc_l <- delta_loc / sqrt(D_{l-1})`` (fan-in, as in the D.1 formula, not the
+``D_l`` of the §2.2 prose).  :class:`BowtieNoisePrior` holds the hidden-layer noise variances
 ``eta^2_{l,d} ~ IG(alpha_0^h, beta_0^h)`` (sites ``fc{l}.eta2``; §2.4).  The helpers below (log-normalizer,
 ``E[1/x]``, ``E[x]`` of a GIG) are shared by the prior and the CAVI guide :mod:`guides.bowtie.cavi`.
 """
@@ -37,6 +36,8 @@ from zoo.core.architectures import ParamSpec
 from zoo.core.prior import Prior
 from zoo.core.validation import check_positive
 from zoo.distributions import GeneralizedInverseGaussian
+from zoo.distributions.gig_moments import inverse_gamma_log_normalizer
+from zoo.ops.expectations import inverse_gamma_moments
 
 __all__ = [
     "NGIGPrior",
@@ -46,10 +47,14 @@ __all__ = [
     "gig_log_normalizer",
     "gig_mean_reciprocal",
     "gig_mean",
+    "check_gig_params",
 ]
 
 
-def _check_gig(name: str, nu: float, delta: float, lam: float) -> None:
+def check_gig_params(name: str, nu: float, delta: float, lam: float) -> None:
+    """``ValueError`` (naming ``name``) unless ``(nu, delta, lam)`` is a proper GIG (App. E.1): finite ``nu``,
+    ``delta, lam >= 0``, the inverse-gamma limit ``lam = 0`` with ``nu < 0, delta > 0`` and the Gamma limit
+    ``delta = 0`` with ``nu > 0, lam > 0``."""
     if delta < 0 or lam < 0 or not math.isfinite(nu):
         raise ValueError(f"{name}: GIG needs finite nu, delta >= 0, lam >= 0; got ({nu}, {delta}, {lam})")
     if lam == 0 and not (nu < 0 and delta > 0):
@@ -71,11 +76,11 @@ def gig_distribution(nu: Tensor, delta: Tensor, lam: Tensor) -> dist.Distributio
 def gig_log_normalizer(nu: Tensor, delta: Tensor, lam: Tensor) -> Tensor:
     """``log int x^{nu-1} exp(-(delta^2/x + lam^2 x)/2) dx = log(2 (delta/lam)^nu K_nu(lam delta))``.
 
-    Minus the ``log Z`` of note §2.5; the IG limit is ``lgamma(-nu) + nu log(delta^2/2)``.
+    Minus the ``log Z`` of the ELBO (App. B); the IG limit is ``lgamma(-nu) + nu log(delta^2/2)``.
     """
     nu, delta, lam = torch.broadcast_tensors(nu, delta, lam)
     if bool((lam == 0).all()):
-        return torch.lgamma(-nu) + nu * torch.log(0.5 * delta * delta)
+        return inverse_gamma_log_normalizer(nu, delta)
     return GeneralizedInverseGaussian(nu, delta, lam).log_normalizer()
 
 
@@ -91,7 +96,7 @@ def gig_mean(nu: Tensor, delta: Tensor, lam: Tensor) -> Tensor:
     """``E[x]`` (App. E.1); IG limit ``delta^2 / (2(-nu - 1))`` (``inf`` for ``nu >= -1``)."""
     nu, delta, lam = torch.broadcast_tensors(nu, delta, lam)
     if bool((lam == 0).all()):
-        return torch.where(nu < -1, 0.5 * delta * delta / (-nu - 1).clamp_min(1e-300), torch.inf)
+        return inverse_gamma_moments(-nu, 0.5 * delta * delta)[0]
     return GeneralizedInverseGaussian(nu, delta, lam).mean
 
 
@@ -100,7 +105,7 @@ class NGIGPrior(Prior):
 
     Args:
         nu_glob, delta_glob, lam_glob: GIG of the per-layer global scale ``tau_l`` (Eq. 7); defaults give
-            ``IG(1.5, delta^2/2)``, i.e. Student-t with 3 dof ([code] defaults, note §1.7).
+            ``IG(1.5, delta^2/2)``, i.e. Student-t with 3 dof (the authors' code defaults).
         nu_loc, delta_loc, lam_loc: GIG of the per-weight local scales ``psi`` (Eq. 6).
         bias_scale: ``s_0``, sd of the Gaussian bias prior.
         scale_with_architecture: apply App. D.1 (``delta_glob / sqrt(L)``, ``delta_loc / sqrt(fan_in)``).
@@ -118,8 +123,8 @@ class NGIGPrior(Prior):
         scale_with_architecture: bool = True,
     ) -> None:
         super().__init__()
-        _check_gig("nu_glob/delta_glob/lam_glob", float(nu_glob), float(delta_glob), float(lam_glob))
-        _check_gig("nu_loc/delta_loc/lam_loc", float(nu_loc), float(delta_loc), float(lam_loc))
+        check_gig_params("nu_glob/delta_glob/lam_glob", float(nu_glob), float(delta_glob), float(lam_glob))
+        check_gig_params("nu_loc/delta_loc/lam_loc", float(nu_loc), float(delta_loc), float(lam_loc))
         for name, v in (("nu_glob", nu_glob), ("nu_loc", nu_loc)):
             self.register_buffer(name, torch.tensor(float(v)))
         for name, v in (
@@ -180,8 +185,8 @@ class NGIGPrior(Prior):
 
 
 class GaussianBowtiePrior(Prior):
-    """Gaussian weight prior for the bow-tie network — the GVBNN ablation of paper 000 (Table 2/4; note 000
-    §1.3 item 5, "Gaussian priors", variance not reported).
+    """Gaussian weight prior for the bow-tie network — the GVBNN ablation of paper 000 (Tables 2 and 4,
+    "Gaussian priors"; the paper does not report their variance).
 
     ``W_{l,d,d'} ~ N(0, v_l)`` with ``v_l = (delta_glob^2 / L) (delta_loc^2 / D_{l-1})`` under the App. D.1
     scaling (``delta_glob^2 delta_loc^2`` without it) and ``b ~ N(0, s_0^2)``.  ``v_l`` is the mean
@@ -229,7 +234,7 @@ class GaussianBowtiePrior(Prior):
 class BowtieNoisePrior(PyroModule):
     """Hidden-layer noise variances ``eta^2_{l,d} ~ IG(alpha_0^h, beta_0^h)`` (§2.4; sites ``fc{l}.eta2``).
 
-    Defaults ``alpha_0^h = 2``, ``beta_0^h = 1e-4`` are the current [code] values (note §1.7): most mass on
+    Defaults ``alpha_0^h = 2``, ``beta_0^h = 1e-4`` are the authors' current code values: most mass on
     small
     ``eta^2`` so each unit stays close to a ReLU.
     """

@@ -1,39 +1,39 @@
-"""Collapsed variational bounds (paper 002, Tomczak et al. 2021; project issue 7): ``cm-bnn``, ``cv-bnn``,
-``cmv-bnn`` and the ``collapsed-uci`` protocol.
+"""Collapsed variational bounds of Tomczak, Swaroop, Foong & Turner 2021 ("Collapsed Variational Bounds for
+Bayesian Neural Networks", NeurIPS 34; OpenReview ykN3tbJ0qmX): the entries ``cm-bnn``, ``cv-bnn``,
+``cmv-bnn`` and the ``collapsed-uci`` / ``collapsed-mnist10k`` protocols.
 
 Each entry is an MLP under a :class:`~zoo.families.collapsed.prior.CollapsedPrior` (CM / CV / CMV) with the
 zoo's default likelihood (regression: inverse-gamma noise, as ``mfvi-bnn``).  Guides: ``collapsed``
-(default; the collapsed bound directly, note §11 option A) and ``hierarchical`` (hierarchical prior +
-closed-form optimal hyper-posteriors updated after each step, note §11 option B).
+(default; the collapsed bound of App. B, Eq. 29, optimized directly) and ``hierarchical`` (the hierarchical
+prior with the closed-form optimal hyper-posteriors of Eqs. 19, 36 and 50, reset after each step).
 
-Default hyper-parameters (Table 4, "MLP MNIST" row except gamma): CM ``alpha_reg = 0.05``,
-``gamma = 1/N_in`` (the 1/N_in of four of the five Table 4 rows; the MNIST-MLP row's 20/N_in is
-``gamma_scale=20``); CV/CMV ``alpha = 0.5``, ``beta = 0.01``; CMV ``delta = 0.1``; init log-variance −7.
-Fit defaults follow ``mfvi-bnn`` (5000 Adam steps, lr 1e-2, batch 512) so that the UCI comparison differs
-only in the objective; Table 4's lr 1e-3 is sized for ~10^5 MNIST steps.
-
-``learn_hyper=True`` (an option, off by default) learns ``alpha_reg`` (CM) or ``delta`` (CMV) per layer
-by maximizing the bound after every step (note §6.3).
+Builder options: :class:`~zoo.families.collapsed.options.CollapsedOptions` (Table 4 defaults).  Fit
+defaults follow ``mfvi-bnn`` (5000 Adam steps, lr 1e-2, batch 512) so that the UCI comparison differs
+only in the objective; Table 4's lr 1e-3 is sized for ~10^5 MNIST steps.  ``learn_hyper=True`` (off by
+default) learns ``alpha_reg`` (CM) or ``delta`` (CMV) per layer by maximizing the bound after every step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from guides.collapsed.bound import CollapsedBoundGuide, HierarchicalCollapsedGuide
 from zoo.core.architectures import MLP
+from zoo.core.config import resolve
 from zoo.core.likelihoods import make_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.entry import UCI8, UCI_FOLDER
+from zoo.families.collapsed.options import CollapsedOptions
 from zoo.families.collapsed.prior import CollapsedPrior
 
-__all__ = ["build_collapsed", "UCI8", "UCI_FOLDER"]
+__all__ = ["CollapsedOptions", "build_collapsed", "UCI8", "UCI_FOLDER"]
 
 REFERENCE = (
-    "Tomczak, Swaroop, Foong, Turner 2021, Collapsed Variational Bounds for Bayesian Neural Networks "
-    "(NeurIPS); note 002"
+    "Tomczak, Swaroop, Foong & Turner 2021, Collapsed Variational Bounds for Bayesian Neural Networks "
+    "(NeurIPS 34; OpenReview ykN3tbJ0qmX)"
 )
 
 
@@ -43,40 +43,46 @@ def build_collapsed(
     out_features: int,
     task: str,
     hidden: Sequence[int],
-    *,
-    gamma_scale: float = 1.0,
-    alpha_reg: float = 0.05,
-    alpha: float = 0.5,
-    beta: float = 0.01,
-    delta: float = 0.1,
-    fan_in_scaling: bool = True,
-    learn_hyper: bool = False,
-    noise_concentration: float = 2.0,
-    noise_rate: float = 0.5,
+    options: CollapsedOptions | Mapping[str, Any] | None = None,
+    **kwargs: Any,
 ) -> BayesianModel:
-    """MLP BNN under the ``kind`` collapsed prior (per-layer ``alpha_reg``/``delta`` buffers)."""
+    """MLP BNN under the ``kind`` (``"cm"``, ``"cv"``, ``"cmv"``) collapsed prior, with per-layer
+    ``alpha_reg``/``delta`` buffers.  ``options``: a :class:`CollapsedOptions` or a mapping, updated by
+    keyword options (``gamma_scale=20``, ``learn_hyper=True``, ...)."""
+    opts = resolve(CollapsedOptions, options, kwargs)
     arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
     prior = CollapsedPrior(
         kind,
-        gamma_scale=gamma_scale,
-        alpha_reg=alpha_reg,
-        alpha=alpha,
-        beta=beta,
-        delta=delta,
-        fan_in_scaling=fan_in_scaling,
+        gamma_scale=opts.gamma_scale,
+        alpha_reg=opts.alpha_reg,
+        alpha=opts.alpha,
+        beta=opts.beta,
+        delta=opts.delta,
+        fan_in_scaling=opts.fan_in_scaling,
         num_layers=arch.num_layers,
-        learn_hyper=learn_hyper,
+        learn_hyper=opts.learn_hyper,
     )
     # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
     lik = make_likelihood(
-        task, out_features, noise="inverse_gamma", concentration=noise_concentration, rate=noise_rate
+        task,
+        out_features,
+        noise="inverse_gamma",
+        concentration=opts.noise_concentration,
+        rate=opts.noise_rate,
     )
     return BayesianModel(arch, prior, lik)
 
 
 def _builder(kind: str) -> Callable[..., BayesianModel]:
-    def build(in_features, out_features, task, hidden, **options):
-        return build_collapsed(kind, in_features, out_features, task, hidden, **options)
+    def build(
+        in_features: int,
+        out_features: int,
+        task: str,
+        hidden: Sequence[int],
+        options: CollapsedOptions | Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> BayesianModel:
+        return build_collapsed(kind, in_features, out_features, task, hidden, options, **kwargs)
 
     build.__doc__ = f"``{kind}-bnn`` builder (see :func:`build_collapsed`)."
     return build
@@ -84,8 +90,8 @@ def _builder(kind: str) -> Callable[..., BayesianModel]:
 
 _SUMMARY = {
     "cm": "CM-MF-VI: w~N(mu_p, gamma), mu_p~N(0, alpha); bound Eq. 29 (alpha_reg 0.05, gamma 1/N_in)",
-    "cv": "CV-MF-VI: w~N(0, 1/tau), tau~Gamma(0.5, 0.01); collapsed bound (CMV with delta=1, note §5)",
-    "cmv": "CMV-MF-VI: Normal-Gamma prior (alpha 0.5, beta 0.01, delta 0.1); collapsed bound (note §4.4)",
+    "cv": "CV-MF-VI: w~N(0, 1/tau), tau~Gamma(0.5, 0.01); collapsed bound (CMV with delta=1)",
+    "cmv": "CMV-MF-VI: Normal-Gamma prior (alpha 0.5, beta 0.01, delta 0.1); collapsed bound (Eq. 74, exact)",
 }
 
 for _kind in ("cm", "cv", "cmv"):
@@ -94,9 +100,10 @@ for _kind in ("cm", "cv", "cmv"):
             name=f"{_kind}-bnn",
             summary=_SUMMARY[_kind],
             build=_builder(_kind),
+            options=CollapsedOptions,
             guides={"collapsed": CollapsedBoundGuide, "hierarchical": HierarchicalCollapsedGuide},
             fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
-            references=(REFERENCE, "paper 002 Table 4 (hyper-parameters), App. B (derivations)"),
+            references=(REFERENCE, "Table 4 (hyper-parameters), App. B (derivations)"),
         )
     )
 
@@ -122,7 +129,8 @@ register_protocol(
     Protocol(
         name="collapsed-uci",
         description=(
-            "Paper 002 App. D (1 hidden layer), HL&A UCI splits: mfvi-bnn (N(0,1) prior, AutoNormal) vs "
+            "Tomczak et al. 2021 App. D (1 hidden layer), HL&A UCI splits: mfvi-bnn (N(0,1) prior, "
+            "AutoNormal) vs "
             "cm-bnn (alpha_reg 0.05, gamma 1/N_in), cv-bnn (Gamma(0.5, 0.01)), cmv-bnn (delta 0.1), "
             "collapsed-bound guides (init logvar -7); one hidden layer of 50 ReLU units; inputs and targets "
             "standardized on train; metrics on the original scale from 100 draws; 5000 Adam steps (lr 1e-2), "
@@ -131,13 +139,15 @@ register_protocol(
         runs=_collapsed_uci_runs,
         metrics=("rmse", "nll", "coverage95", "train_nll", "nll_gap"),
         paper={},
-        paper_source="paper 002 App. D / Fig. 7 give no numbers (main-text UCI table unavailable, §9.5)",
+        paper_source=(
+            "Tomczak et al. 2021 App. D / Fig. 7 give no numbers (the main-text UCI table was unavailable)"
+        ),
     )
 )
 
 
 # Table 4 "MLP MNIST" row (batch 256, lr 1e-3, init logvar -7, alpha_reg 0.05, alpha 0.5, beta 0.01,
-# delta 0.1, gamma 20/N_in) on the 784-400-400-10 MLP of note 002 §12, under a CPU budget of 50 epochs of
+# delta 0.1, gamma 20/N_in) on a 784-400-400-10 ReLU MLP, under a CPU budget of 50 epochs of
 # the 8000-image mnist10k training part (1563 steps; Table 4: 1000 epochs on 60k images, not affordable
 # on 2 CPU cores) and 100 test draws (Table 4: 2000).
 MNIST_EPOCHS = 50
@@ -169,7 +179,7 @@ register_protocol(
     Protocol(
         name="collapsed-mnist10k",
         description=(
-            "Paper 002 Table 4 'MLP MNIST' hyper-parameters (gamma 20/N_in, alpha_reg 0.05, "
+            "Tomczak et al. 2021 Table 4 'MLP MNIST' hyper-parameters (gamma 20/N_in, alpha_reg 0.05, "
             "Gamma(0.5, 0.01), delta 0.1, init logvar -7; Adam lr 1e-3, batch 256) on a 784-400-400-10 ReLU "
             f"MLP, mnist10k (8000 train / 2000 test), CPU budget {MNIST_EPOCHS} epochs (Table 4: 1000 on "
             "60k), 100 test draws; mfvi-bnn is the N(0, 1)-prior mean-field baseline with the same budget. "
@@ -179,7 +189,7 @@ register_protocol(
         metrics=("accuracy", "nll", "ece"),
         paper={},
         paper_source=(
-            "paper 002 reports no MLP-MNIST numbers we could confirm (note §9.5); its LeNet Table 5 gives "
+            "Tomczak et al. 2021 report no MLP-MNIST numbers we could confirm; their LeNet Table 5 gives "
             "test ECE 0.00 (CM, CMV), 0.01 (CV), 0.02 (MF-VI) on full MNIST"
         ),
     )

@@ -1,28 +1,32 @@
-"""Per-weight hierarchical priors of the collapsed variational bounds (paper 002, Tomczak et al. 2021).
+"""Per-weight hierarchical priors of the collapsed variational bounds of Tomczak, Swaroop, Foong & Turner
+2021 ("Collapsed Variational Bounds for Bayesian Neural Networks", NeurIPS 34; OpenReview ykN3tbJ0qmX).
 
-Three hierarchies, one hyper-latent set per scalar network parameter (weights and biases alike, note
-§3.4/§13), with the closed forms of note §2-§6:
+Equation numbers are the paper's appendix (App. B).  Three hierarchies, one hyper-latent set per scalar
+network parameter (weights and biases alike: App. B derives every bound "for an individual coordinate"):
 
 * ``"cm"`` (collapsed mean, App. B step I):  ``w ~ N(mu_p, gamma)``, ``mu_p ~ N(0, alpha)``, written
   through ``alpha_reg = gamma / (alpha + gamma)`` (Eq. 28); ``gamma = gamma_scale / fan_in`` (Table 4).
-* ``"cv"`` (collapsed variance, note §5): ``w ~ N(0, 1/tau_p)``, ``tau_p ~ Gamma(alpha, beta)``
-  (shape, rate).
+* ``"cv"`` (collapsed variance, Table 5's CV-MF-VI; its derivation is not in the appendix): ``w ~ N(0,
+  1/tau_p)``, ``tau_p ~ Gamma(alpha, beta)`` (shape, rate); the CMV results with ``delta = 1``.
 * ``"cmv"`` (collapsed mean and variance, App. B, Normal-Gamma): ``w ~ N(mu_p, 1/tau_p)``,
   ``mu_p | tau_p ~ N(0, 1/(t tau_p))``, ``tau_p ~ Gamma(alpha, beta)``, with ``delta = t / (1 + t)``.
 
 The prior has two *parameterizations of the same distribution over the weights*:
 
 * marginal (``hierarchical=False``, the default): only the weight sites are emitted, with the exact
-  marginal prior (CM: ``N(0, gamma/alpha_reg)``; CV/CMV: Student-t with ``2 alpha`` degrees of freedom and
-  scale ``sqrt(beta / (alpha delta))``, note §4.1).  Used with the collapsed-bound guide
-  (:class:`guides.collapsed.bound.CollapsedBoundGuide`), whose objective never sees the hyper-latents;
+  marginal prior (CM: ``N(0, gamma/alpha_reg)``; CV/CMV: ``w | tau ~ N(0, 1/(delta tau))``, i.e. a
+  Student-t with ``2 alpha`` degrees of freedom and scale ``sqrt(beta / (alpha delta))``).  Used with the
+  collapsed-bound guide (:class:`guides.collapsed.bound.CollapsedBoundGuide`), whose objective never sees
+  the hyper-latents;
 * hierarchical (``hierarchical=True``): the hyper-latents are explicit sites ``"<spec>.mu_p"`` and
-  ``"<spec>.tau"`` before the weight site (used with :class:`guides.collapsed.bound.HierarchicalCollapsedGuide`).
+  ``"<spec>.tau"`` before the weight site (used with
+  :class:`guides.collapsed.bound.HierarchicalCollapsedGuide`).
 
 The module also holds the closed-form math shared by both guides: the per-weight penalties that replace
-the KL (Eq. 29; the exact CMV constant of note §4.4 instead of Eq. 74's ``log delta``; CV = CMV with
-``delta = 1``), the optimal hyper-posteriors ``q*`` (Eqs. 19, 36, 50) and the bound-maximizing
-hyper-parameters (note §6.3).
+the KL (Eq. 29; for CMV the exact constant ``½ log delta + ½`` of the integrated Eq. 65 instead of Eq. 74's
+``log delta``; CV = CMV with ``delta = 1``), the optimal hyper-posteriors ``q*`` (Eqs. 19, 36, 50) and
+the hyper-parameters that maximize the bound (empirical Bayes on the collapsed bound; App. A remarks
+that the bound's constants make ``alpha_reg`` learnable).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
 from zoo.core.prior import Prior
-from zoo.core.validation import check_positive
+from zoo.core.validation import check_positive, check_probability
 
 __all__ = [
     "KINDS",
@@ -64,7 +68,7 @@ def penalty_cm(mu: Tensor, var: Tensor, gamma: Tensor | float, alpha_reg: Tensor
     """CM penalty (negative of the per-weight term of Eq. 29), elementwise.
 
     ``P = ½[(alpha_reg mu² + var)/gamma + log gamma − log alpha_reg − log var − 1]``
-    ``= KL(N(mu,var) || N(0,gamma)) − ½(1−alpha_reg) mu²/gamma − ½ log alpha_reg`` (note §3.4).
+    ``= KL(N(mu,var) || N(0,gamma)) − ½(1−alpha_reg) mu²/gamma − ½ log alpha_reg`` (Eq. 29 rearranged).
     Gradients: ``dP/dmu = alpha_reg mu / gamma``, ``dP/dvar = 1/(2 gamma) − 1/(2 var)``.
     """
     gamma = torch.as_tensor(gamma, dtype=mu.dtype, device=mu.device)
@@ -75,8 +79,8 @@ def penalty_cm(mu: Tensor, var: Tensor, gamma: Tensor | float, alpha_reg: Tensor
 def penalty_cmv(
     mu: Tensor, var: Tensor, alpha: Tensor | float, beta: Tensor | float, delta: Tensor | float
 ) -> Tensor:
-    """CMV penalty ``P = −R_CMV`` with the exact constant (note §4.4; Eq. 74 has ``log delta`` instead of
-    ``½ log delta + ½``, which only shifts the value), elementwise::
+    """CMV penalty ``P = −R_CMV`` with the exact constant (Eq. 65 integrated; Eq. 74 as printed has
+    ``log delta`` instead of ``½ log delta + ½``, which only shifts the value), elementwise::
 
         R = −(alpha+½) log(beta + (delta mu² + var)/2) + ½ log var + log Γ(alpha+½) − log Γ(alpha)
             + alpha log beta + ½ log delta + ½.
@@ -100,7 +104,7 @@ def penalty_cmv(
 
 
 def penalty_cv(mu: Tensor, var: Tensor, alpha: Tensor | float, beta: Tensor | float) -> Tensor:
-    """CV penalty (note §5): the CMV penalty with ``delta = 1`` (``t → ∞`` pins ``mu_p`` at 0)."""
+    """CV penalty: the CMV penalty with ``delta = 1`` (``t → ∞`` pins ``mu_p`` at 0)."""
     return penalty_cmv(mu, var, alpha, beta, 1.0)
 
 
@@ -134,7 +138,8 @@ def optimal_q_mu_cmv(mu: Tensor, delta: Tensor | float) -> tuple[Tensor, Tensor]
 
 
 def optimal_alpha_reg(mu: Tensor, gamma: Tensor | float) -> Tensor:
-    """Bound-maximizing shared ``alpha_reg`` for a group of weights with fixed ``gamma`` (note §6.3):
+    """Bound-maximizing shared ``alpha_reg`` for a group of ``D`` weights with fixed ``gamma`` (setting the
+    ``log alpha_reg`` derivative of the summed Eq. 29 penalty to zero):
     ``alpha_reg* = min(1, gamma D / Σ_d mu_d²)`` (the penalty is convex in ``log alpha_reg``)."""
     gamma = torch.as_tensor(gamma, dtype=mu.dtype, device=mu.device)
     ss = (mu**2).sum()
@@ -152,7 +157,7 @@ def optimal_delta(
     upper: float = 1.0,
     iters: int = 60,
 ) -> Tensor:
-    """Bound-maximizing shared ``delta`` of CMV for a group of weights (note §6.3), by bisection.
+    """Bound-maximizing shared ``delta`` of CMV for a group of weights, by bisection.
 
     ``d/d log delta Σ_d R_d = D/2 − (alpha+½) Σ_d delta mu_d²/2 / (beta + (delta mu_d² + var_d)/2)`` is
     decreasing in ``delta``, so the bound is unimodal in ``delta``; the root is found on
@@ -187,16 +192,8 @@ def optimal_delta(
 # --------------------------------------------------------------------------------------------------
 
 
-def _open01(name: str, value: float, *, allow_one: bool) -> float:
-    v = float(value)
-    if not (0.0 < v < 1.0 or (allow_one and v == 1.0)):
-        bound = "(0, 1]" if allow_one else "(0, 1)"
-        raise ValueError(f"{name} must lie in {bound}, got {value!r}")
-    return v
-
-
 class CollapsedPrior(Prior):
-    """Per-weight CM / CV / CMV hierarchical prior (paper 002 App. B; module docstring).
+    """Per-weight CM / CV / CMV hierarchical prior (Tomczak et al. 2021, App. B; module docstring).
 
     :param kind: ``"cm"``, ``"cv"`` or ``"cmv"``.
     :param gamma_scale: CM: ``gamma = gamma_scale / fan_in`` (Table 4: 20 for the MNIST MLP, 1 for the
@@ -207,8 +204,9 @@ class CollapsedPrior(Prior):
     :param num_layers: if given, ``alpha_reg`` (CM) / ``delta`` (CMV) are stored per layer (a buffer of
         this length, indexed by ``ParamSpec.layer``), which hyper-parameter learning needs.
     :param learn_hyper: learn ``alpha_reg`` (CM) or ``delta`` (CMV) per layer by maximizing the collapsed
-        bound (note §6.3; gamma, alpha, beta stay fixed - gamma and alpha_reg are not jointly
-        identifiable).  Off by default; read by the guides, requires ``num_layers``; not for CV.
+        bound (gamma, alpha, beta stay fixed - gamma and alpha_reg are not jointly identifiable: with
+        ``alpha + gamma`` fixed the bound is maximal at ``alpha_reg = 1``).  Off by default; read by the
+        guides, requires ``num_layers``; not for CV.
     :param hierarchical: emit the hyper-latent sites (True) or only the weights under their exact marginal
         prior (False).  The guides set it.
     """
@@ -234,7 +232,8 @@ class CollapsedPrior(Prior):
             raise ValueError(f"num_layers must be a positive int or None, got {num_layers!r}")
         if learn_hyper and kind == "cv":
             raise ValueError(
-                "learn_hyper: CV has no identifiable scalar hyper-parameter to learn (note §6.3)"
+                "learn_hyper: CV has no identifiable scalar hyper-parameter to learn (alpha_reg and delta "
+                "are CM's and CMV's)"
             )
         if learn_hyper and num_layers is None:
             raise ValueError("learn_hyper=True needs num_layers (per-layer alpha_reg / delta)")
@@ -245,10 +244,12 @@ class CollapsedPrior(Prior):
         self.num_layers = None if num_layers is None else int(num_layers)
         shape = () if num_layers is None else (int(num_layers),)
         self.register_buffer("gamma_scale", torch.tensor(check_positive("gamma_scale", gamma_scale)))
-        self.register_buffer("alpha_reg", torch.full(shape, _open01("alpha_reg", alpha_reg, allow_one=True)))
+        self.register_buffer(
+            "alpha_reg", torch.full(shape, check_probability("alpha_reg", alpha_reg, allow_one=True))
+        )
         self.register_buffer("alpha", torch.tensor(check_positive("alpha", alpha)))
         self.register_buffer("beta", torch.tensor(check_positive("beta", beta)))
-        self.register_buffer("delta", torch.full(shape, _open01("delta", delta, allow_one=False)))
+        self.register_buffer("delta", torch.full(shape, check_probability("delta", delta)))
 
     def config(self) -> dict:
         def val(t: Tensor):
@@ -285,7 +286,7 @@ class CollapsedPrior(Prior):
         return self._per_layer(self.alpha_reg, spec)
 
     def delta_for(self, spec: ParamSpec) -> Tensor:
-        """``delta`` of ``spec``: CMV's (per layer if learned) and 1 for CV (note §5)."""
+        """``delta`` of ``spec``: CMV's (per layer if learned) and 1 for CV."""
         if self.kind == "cv":
             return torch.ones_like(self.alpha)
         return self._per_layer(self.delta, spec)
@@ -299,7 +300,7 @@ class CollapsedPrior(Prior):
 
     # ---- the closed forms for one spec ----
     def penalty(self, spec: ParamSpec, mu: Tensor, var: Tensor) -> Tensor:
-        """Elementwise penalty replacing ``KL(q(w)||p(w))`` for ``spec``'s entries (Eq. 29 / note §4.4)."""
+        """Elementwise penalty replacing ``KL(q(w)||p(w))`` for ``spec``'s entries (Eq. 29; CMV: Eq. 74)."""
         if self.kind == "cm":
             return penalty_cm(mu, var, self.gamma_for(spec), self.alpha_reg_for(spec))
         return penalty_cmv(mu, var, self.alpha, self.beta, self.delta_for(spec))
@@ -321,7 +322,7 @@ class CollapsedPrior(Prior):
             gamma, a_reg = self.gamma_for(spec), self.alpha_reg_for(spec)
             if float(a_reg) >= 1.0:
                 raise ValueError("alpha_reg: the hierarchical CM prior needs alpha_reg < 1 (alpha > 0)")
-            alpha_var = gamma * (1.0 - a_reg) / a_reg  # inverse map of note §3.4
+            alpha_var = gamma * (1.0 - a_reg) / a_reg  # inverse of alpha_reg = gamma / (alpha + gamma)
             mu_p = pyro.sample(
                 f"{spec.name}.mu_p",
                 dist.Normal(torch.zeros_like(alpha_var), alpha_var.sqrt()).expand(spec.shape).to_event(n),

@@ -1,39 +1,46 @@
-"""Horseshoe BNNs of paper 004 (Ghosh, Yao & Doshi-Velez, JMLR 2019): registry entries ``hs-bnn`` and
-``reg-hs-bnn`` and the protocols ``hs-toys`` and ``hs-uci``.
+"""Horseshoe BNNs of Ghosh, Yao & Doshi-Velez 2019 ("Model selection in Bayesian neural networks via
+horseshoe priors", arXiv:1705.10388): registry entries ``hs-bnn`` and ``reg-hs-bnn`` and the protocols
+``hs-toys`` and ``hs-uci``.
 
-Model: ``MLP`` x :class:`~zoo.families.horseshoe.prior.HorseshoePrior` (non-centered by default; options
-``centered``, ``regularized``, ``b0``, ``bg``, ``b_kappa``, ``c_a``, ``c_b``) x likelihood (regression:
-Gaussian with ``precision ~ Gamma(6, 6)``, note §2.6).  Guides (first = default): ``factorized`` (Eq. 4 with
-closed-form auxiliaries, Algorithm 1), ``structured`` (Table 1 matrix normal), ``tied``,
-``semi-structured`` and the Pyro autoguide ``normal`` (to show the prior runs under any guide).
-Fit defaults follow note §2.7: Adam, lr 0.005, batch 128.  ``zoo fit`` trains with ``Trace_ELBO``
-(weight-space samples); the paper's local-reparameterization estimator of the same ELBO is
-:class:`guides.horseshoe.lrt.HorseshoeLRTELBO` (``fit(..., loss=...)``).
+Model: ``MLP`` x :class:`~zoo.families.horseshoe.prior.HorseshoePrior` (non-centered by default) x likelihood
+(regression: Gaussian with ``precision ~ Gamma(6, 6)``, §6 and App. C.1); the builder options are
+:class:`~zoo.families.horseshoe.options.HorseshoeOptions`.  Guides (first = default): ``factorized`` (Eq. 4
+with closed-form auxiliaries, Algorithm 1), ``structured`` (Table 1 matrix normal), ``tied``,
+``semi-structured``, the Pyro autoguide ``normal`` (to show the prior runs under any guide) and the z-flow
+guide ``flow``.  Fit defaults follow §6.5: Adam, lr 0.005, batch 128.  ``zoo fit`` trains the zoo's
+horseshoe guides with the paper's local-reparameterization estimator of the ELBO,
+:class:`guides.horseshoe.lrt.HorseshoeLRTELBO` (§4.2, App. A.2; ``fit(..., loss=...)``), and the others
+with ``Trace_ELBO`` (weight-space samples).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from guides.autoguides import make_autoguide
+from guides.horseshoe.factorized import HorseshoeGuide
 from guides.horseshoe.flow import HorseshoeFlowGuide
-from guides.horseshoe.factorized import HorseshoeGuide, SemiStructuredHorseshoeGuide, TiedHorseshoeGuide
 from guides.horseshoe.lrt import HorseshoeLRTELBO
+from guides.horseshoe.semi_structured import SemiStructuredHorseshoeGuide
 from guides.horseshoe.structured import StructuredHorseshoeGuide
+from guides.horseshoe.tied import TiedHorseshoeGuide
 from zoo.core.architectures import MLP
+from zoo.core.config import resolve
 from zoo.core.likelihoods import make_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.entry import UCI8, UCI_FOLDER
+from zoo.families.horseshoe.options import HorseshoeOptions
 from zoo.families.horseshoe.prior import HorseshoePrior
+
+__all__ = ["HorseshoeOptions", "build_hs", "build_reg_hs", "default_loss", "hs_metrics", "ACTIVE_FRACTION"]
 
 REFERENCES = (
     "Ghosh, Yao & Doshi-Velez 2019, Model Selection in Bayesian Neural Networks via Horseshoe Priors "
-    "(JMLR 20)",
-    "note shared/papers/004_horseshoe.md",
+    "(JMLR 20; arXiv:1705.10388)",
 )
 
 
@@ -42,32 +49,40 @@ def build_hs(
     out_features: int,
     task: str,
     hidden: Sequence[int],
-    *,
-    regularized: bool = False,
-    centered: bool = False,
-    b0: float = 1.0,
-    bg: float = 1e-5,
-    b_kappa: float = 5.0,
-    c_a: float = 2.0,
-    c_b: float = 6.0,
-    noise_concentration: float = 6.0,
-    noise_rate: float = 6.0,
-    activation: str = "relu",
+    options: HorseshoeOptions | Mapping | None = None,
+    **kwargs,
 ) -> BayesianModel:
-    """``MLP(in, hidden, out) x HorseshoePrior x likelihood`` (regression noise precision Gamma(6, 6))."""
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=activation)
-    prior = HorseshoePrior(b0, bg, b_kappa, regularized, c_a, c_b, centered)
+    """``MLP(in, hidden, out) x HorseshoePrior x likelihood`` (regression noise precision Gamma(6, 6)).
+
+    ``options``: a :class:`~zoo.families.horseshoe.options.HorseshoeOptions` or a mapping, updated by
+    keyword options (``regularized=True``, ``bg=1e-3``, ...)."""
+    opts = resolve(HorseshoeOptions, options, kwargs)
+    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=opts.activation)
+    prior = HorseshoePrior(
+        opts.b0, opts.bg, opts.b_kappa, opts.regularized, opts.c_a, opts.c_b, opts.centered
+    )
     # regression: Gaussian with a Gamma prior on the precision; classification ignores the noise options
     lik = make_likelihood(
-        task, out_features, noise="gamma", concentration=noise_concentration, rate=noise_rate
+        task, out_features, noise="gamma", concentration=opts.noise_concentration, rate=opts.noise_rate
     )
     return BayesianModel(arch, prior, lik)
 
 
-def _build_reg(in_features, out_features, task, hidden, **options) -> BayesianModel:
-    if options.pop("regularized", True) is not True:
+def build_reg_hs(
+    in_features: int,
+    out_features: int,
+    task: str,
+    hidden: Sequence[int],
+    options: HorseshoeOptions | Mapping | None = None,
+    **kwargs,
+) -> BayesianModel:
+    """:func:`build_hs` with ``regularized=True`` (Eq. 2); an explicit ``regularized=False`` keyword or
+    mapping entry is a ``ValueError`` (an options object's ``regularized`` is overridden)."""
+    given = {**(options if isinstance(options, Mapping) else {}), **kwargs}
+    if given.get("regularized", True) is not True:
         raise ValueError("regularized: reg-hs-bnn is always regularized; use hs-bnn for the plain horseshoe")
-    return build_hs(in_features, out_features, task, hidden, regularized=True, **options)
+    opts = resolve(HorseshoeOptions, options, kwargs).replace(regularized=True)
+    return build_hs(in_features, out_features, task, hidden, opts)
 
 
 GUIDES = {
@@ -117,6 +132,7 @@ def hs_metrics(run) -> dict:
     return {"units_kept": sum(hidden.values()), "units_active": active}
 
 
+#: Adam at lr 0.005 with minibatches of 128 (§6.5)
 FIT_DEFAULTS = {"steps": 5000, "lr": 0.005, "batch_size": 128, "optimizer": "adam", "loss": default_loss}
 
 register(
@@ -124,6 +140,7 @@ register(
         name="hs-bnn",
         summary="node-wise horseshoe BNN (non-centered; options regularized, centered), CAVI auxiliaries",
         build=build_hs,
+        options=HorseshoeOptions,
         guides=GUIDES,
         fit_defaults=FIT_DEFAULTS,
         references=REFERENCES,
@@ -134,7 +151,8 @@ register(
     ModelEntry(
         name="reg-hs-bnn",
         summary="regularized horseshoe BNN (slab c^2 ~ IG(2, 6), Eq. 2), non-centered",
-        build=_build_reg,
+        build=build_reg_hs,
+        options=HorseshoeOptions,
         guides=GUIDES,
         fit_defaults=FIT_DEFAULTS,
         references=REFERENCES,
@@ -175,7 +193,7 @@ register_protocol(
         ),
         runs=_toy_runs,
         metrics=("rmse", "nll", "accuracy", "units_kept", "units_active"),
-        paper_source="note 004 §7.2-7.3 (figures only; no numbers in the text)",
+        paper_source="arXiv:1705.10388 §6.2.1-6.2.2, Figs. 6, 7, 15 (figures only; no numbers in the text)",
     )
 )
 
@@ -211,6 +229,9 @@ register_protocol(
         ),
         runs=_uci_runs,
         metrics=("rmse", "rmse_draws", "nll", "coverage95", "units_kept", "units_active", "density"),
-        paper_source="note 004 §7.6-7.8 (relative-improvement figures only; no numbers in the text)",
+        paper_source=(
+            "arXiv:1705.10388 §6.3.3-6.5, Figs. 11-13 (relative-improvement figures only; no numbers in the "
+            "text)"
+        ),
     )
 )

@@ -1,4 +1,5 @@
-"""Node-wise (group) horseshoe prior and its regularized variant (paper 004, note §2).
+"""Node-wise (group) horseshoe prior and its regularized variant (Ghosh, Yao & Doshi-Velez 2019, "Model
+selection in Bayesian neural networks via horseshoe priors", arXiv:1705.10388, §3, Eqs. 1-3).
 
 Every *unit* ``k`` of a hidden layer ``l`` owns one local scale ``tau_kl``, shared by all its incoming
 weights **and its bias** (the group that gets shrunk), and every hidden layer owns one global scale
@@ -6,7 +7,7 @@ weights **and its bias** (the group that gets shrunk), and every hidden layer ow
 
     w_kl | tau_kl, v_l ~ N(0, tau_kl^2 v_l^2 I),   tau_kl ~ C+(0, b0),   v_l ~ C+(0, bg).
 
-Half-Cauchy scales are written as inverse-gamma scale mixtures with auxiliaries (note §2.3, Wand et
+Half-Cauchy scales are written as inverse-gamma scale mixtures with auxiliaries (§3.3, Wand et
 al. 2011): ``a ~ C+(0, b)  <=>  a^2 | lam ~ IG(1/2, 1/lam), lam ~ IG(1/2, 1/b^2)``.  Sites per hidden
 layer ``p`` (e.g. ``p = "fc0"``)::
 
@@ -14,9 +15,10 @@ layer ``p`` (e.g. ``p = "fc0"``)::
     p.theta ~ IG(1/2, 1/bg^2)         p.v2 ~ IG(1/2, 1/p.theta)
 
 The output layer has no sparsity prior: ``p.rho ~ IG(1/2, 1/b_kappa^2)``, ``p.kappa2 ~ IG(1/2, 1/p.rho)``,
-``w = kappa beta`` (note §2.3, §2.5).  The **regularized** horseshoe (Eq. 2) adds one global slab
-``hs.c2 ~ IG(c_a, c_b)`` and replaces ``tau^2`` by ``tau~^2 = c^2 tau^2 / (c^2 + tau^2 v^2)`` (so the total
-variance ``tau~^2 v^2`` tends to ``tau^2 v^2`` for small scales and to ``c^2`` for large ones).
+``w = kappa beta`` (§3.3; the output layer is non-centered too, as the ELBO of App. A.2 shows).  The
+**regularized** horseshoe (Eq. 2) adds one global slab ``hs.c2 ~ IG(c_a, c_b)`` and replaces ``tau^2`` by
+``tau~^2 = c^2 tau^2 / (c^2 + tau^2 v^2)`` (so the total variance ``tau~^2 v^2`` tends to ``tau^2 v^2`` for
+small scales and to ``c^2`` for large ones).
 
 **Non-centered** (default, Eq. 3): ``p.beta ~ N(0, I)`` of shape ``(K, F)`` (``F`` = per-unit incoming
 entries, bias last) and ``w_kl = tau~_kl v_l beta_kl``.  **Centered** (``centered=True``): the site is
@@ -26,8 +28,8 @@ kept for that comparison.
 The prior works on any architecture whose :class:`~zoo.core.architectures.ParamSpec` list names a receiving
 unit dimension (``unit_dim``): specs of the same ``layer`` are grouped, their per-unit entries are
 concatenated into one row per unit (:class:`HSLayer`), and the sampled rows are split back into the
-spec shapes.  Defaults follow note §2.7: ``b0 = 1`` [code], ``bg = 1e-5`` (§6.5), ``b_kappa = 5``,
-``c_a = 2, c_b = 6``.
+spec shapes.  Defaults: ``b0 = 1`` (unstated in the paper; the authors' code), ``bg = 1e-5`` (§6.5),
+``b_kappa = 5``, ``c_a = 2, c_b = 6`` (§6.4).
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def group_layers(specs: Sequence[ParamSpec]) -> list[HSLayer]:
 
 def regularized_variance(tau2: Tensor, v2: Tensor, c2: Tensor | None) -> Tensor:
     """Total weight variance ``tau~^2 v^2``: ``tau^2 v^2`` (plain HS) or ``c^2 s / (c^2 + s)`` with
-    ``s = tau^2 v^2`` (regularized HS, Eq. 2; note errata 1-2: the formula is for the *squared* scale)."""
+    ``s = tau^2 v^2`` (regularized HS, Eq. 2; the formula of Eq. 8 is for the *squared* scale ``tau~^2``)."""
     s = tau2 * v2
     if c2 is None:
         return s
@@ -170,11 +172,13 @@ class HorseshoePrior(Prior):
                 v2 = pyro.sample(f"{p}.v2", dist.InverseGamma(half, 1.0 / theta))
                 var = regularized_variance(tau2, v2[..., None], None if c2 is None else c2[..., None])
                 scale = var.sqrt()[..., None]
-            zeros = torch.zeros(k, layer.fan, dtype=self.b0.dtype, device=self.b0.device)
             if self.centered:
+                zeros = torch.zeros(k, layer.fan, dtype=self.b0.dtype, device=self.b0.device)
                 rows = pyro.sample(f"{p}.w", dist.Normal(zeros, scale).to_event(2))
             else:
-                beta = pyro.sample(f"{p}.beta", dist.Normal(zeros, torch.ones_like(zeros)).to_event(2))
+                zero = torch.zeros_like(self.b0)  # expanded, not filled: N(0, 1) per entry
+                std_normal = dist.Normal(zero, torch.ones_like(zero)).expand((k, layer.fan))
+                beta = pyro.sample(f"{p}.beta", std_normal.to_event(2))
                 rows = scale * beta
             params.update(layer.split(rows))
         return params

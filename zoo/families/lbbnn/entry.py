@@ -1,41 +1,99 @@
-"""``lbbnn``: the latent-binary BNN of paper 001 (Hubin & Storvik; note ``001_lbbnn.md``), and the
-``lbbnn-mnist10k`` and ``lbbnn-selection`` protocols.
+"""``lbbnn``: the latent-binary BNN of Hubin & Storvik (2019, "Variational Inference for Bayesian Neural
+Networks under Model and Parameter Uncertainty", arXiv:1903.07594), and the ``lbbnn-mnist10k`` and
+``lbbnn-selection`` protocols.
 
 Model: ReLU MLP, spike-and-slab prior on every weight (:class:`zoo.families.lbbnn.prior.SpikeSlabPrior`,
 Eqs. 3.3-3.4; biases always included), categorical / Bernoulli / Gaussian likelihood (plain logits: the
-reference code's ReLU on the output logits is not reproduced, note §1.1).  Builder options:
+reference code's ReLU on the output logits is not reproduced).  Builder options (:class:`LBBNNOptions`):
 ``inclusion`` (ψ or its initial value), ``slab_var``, ``bias_scale``, ``hyper`` (``fixed`` /
 ``eb-point`` / ``hierarchical``), ``eb_steps`` (empirical-Bayes pre-training length, in steps),
 ``eb_stop_inclusion`` (the reference code's early end of pre-training once layer 1's ψ drops below it),
-``a_psi``, ``b_psi``, ``a_beta``, ``b_beta``.
+``a_psi``, ``b_psi``, ``a_beta``, ``b_beta`` and the regression noise options.
 
 Guides: ``mean-field`` (default; Eqs. 4.5-4.7, closed-form KL), ``mean-field-mc`` (the paper's MC
-``log q - log p``), ``mvn`` (Eq. 4.8, full shared row covariance) and ``lowrank-mvn`` (rank-2 + diagonal).
+``log q - log p``, Eq. 4.14), ``mvn`` (Eq. 4.8, full shared row covariance) and ``lowrank-mvn`` (rank-2 +
+diagonal).
 
 ``zoo fit`` runs one optimizer at one learning rate (the core passes the optimizer by name); the
 empirical-Bayes stage still ends after ``eb_steps`` through the guide's stage hook.  The full Algorithm 1
-schedule with Table 1's per-group step sizes is :func:`guides.lbbnn.meanfield.fit_lbbnn`; the entry's fit function
-:func:`guides.lbbnn.meanfield.fit_lbbnn_staged` runs it when a protocol passes ``fit_options={"stage_lrs": ...}``.
+schedule with Table 1's per-group step sizes is :func:`guides.lbbnn.training.fit_lbbnn`; the entry's fit
+function :func:`guides.lbbnn.training.fit_lbbnn_staged` runs it when a protocol passes
+``fit_options={"stage_lrs": ...}``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from guides.lbbnn.meanfield import MeanFieldLBBNNGuide, fit_lbbnn_staged
+from guides.lbbnn.meanfield import MeanFieldLBBNNGuide
 from guides.lbbnn.mvn import MVNLBBNNGuide
+from guides.lbbnn.training import fit_lbbnn_staged
 from zoo.core.architectures import MLP
+from zoo.core.config import Config, resolve
 from zoo.core.likelihoods import make_likelihood
 from zoo.core.model import BayesianModel
+from zoo.core.validation import check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
 from zoo.eval.metrics import selection_rates
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
-from zoo.families.lbbnn.prior import SpikeSlabPrior
+from zoo.families.lbbnn.prior import HYPER_MODES, SpikeSlabPrior
 
-__all__ = ["build_lbbnn", "selection_metrics"]
+__all__ = ["LBBNNOptions", "build_lbbnn", "selection_metrics"]
+
+NOISE_MODES = ("inverse_gamma", "fixed")
+
+
+def _real(name: str, value: object) -> float:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a real number, got bool")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class LBBNNOptions(Config):
+    """The ``lbbnn`` builder's options (module docstring; defaults as the builder always had).
+
+    Regression ``noise``: ``"inverse_gamma"`` (variance ~ IG(``noise_concentration``, ``noise_rate``)) or
+    ``"fixed"`` (variance 1 on the standardized targets, as in Skaaret-Lund et al. 2023, arXiv:2305.03395,
+    App. C); classification ignores the noise options.
+    """
+
+    inclusion: float = 0.25
+    slab_var: float = 1.0
+    bias_scale: float = 1.0
+    hyper: str = "eb-point"
+    eb_steps: int = 500
+    eb_stop_inclusion: float = 0.0
+    a_psi: float = 1.0
+    b_psi: float = 3.0
+    a_beta: float = 2.0
+    b_beta: float = 1.0
+    noise_concentration: float = 2.0
+    noise_rate: float = 0.5
+    noise: str = "inverse_gamma"
+
+    def validate(self) -> None:
+        if self.hyper not in HYPER_MODES:
+            raise ValueError(f"hyper must be one of {HYPER_MODES}, got {self.hyper!r}")
+        if self.noise not in NOISE_MODES:
+            raise ValueError(f"noise must be 'inverse_gamma' or 'fixed', got {self.noise!r}")
+        if not 0.0 < _real("inclusion", self.inclusion) < 1.0:
+            raise ValueError(f"inclusion must lie in (0, 1), got {self.inclusion!r}")
+        if not 0.0 <= _real("eb_stop_inclusion", self.eb_stop_inclusion) < 1.0:
+            raise ValueError(f"eb_stop_inclusion must lie in [0, 1), got {self.eb_stop_inclusion!r}")
+        check_positive_int("eb_steps", self.eb_steps, allow_zero=True)
+        for name in ("slab_var", "bias_scale", "a_psi", "b_psi", "a_beta", "b_beta"):
+            check_positive(name, _real(name, getattr(self, name)))
+        for name in ("noise_concentration", "noise_rate"):
+            check_positive(name, _real(name, getattr(self, name)))
 
 
 def build_lbbnn(
@@ -43,47 +101,35 @@ def build_lbbnn(
     out_features: int,
     task: str,
     hidden: Sequence[int],
-    inclusion: float = 0.25,
-    slab_var: float = 1.0,
-    bias_scale: float = 1.0,
-    hyper: str = "eb-point",
-    eb_steps: int = 500,
-    eb_stop_inclusion: float = 0.0,
-    a_psi: float = 1.0,
-    b_psi: float = 3.0,
-    a_beta: float = 2.0,
-    b_beta: float = 1.0,
-    noise_concentration: float = 2.0,
-    noise_rate: float = 0.5,
-    noise: str = "inverse_gamma",
+    options: LBBNNOptions | Mapping[str, Any] | None = None,
+    **kwargs: Any,
 ) -> BayesianModel:
-    """The LBBNN: ReLU MLP × :class:`SpikeSlabPrior` × likelihood of ``task``.  Regression ``noise``:
-    ``"inverse_gamma"`` (variance ~ IG(``noise_concentration``, ``noise_rate``)) or ``"fixed"`` (variance 1
-    on the standardized targets, paper 003 App. C)."""
-    if noise not in ("inverse_gamma", "fixed"):
-        raise ValueError(f"noise must be 'inverse_gamma' or 'fixed', got {noise!r}")
+    """The LBBNN: ReLU MLP × :class:`SpikeSlabPrior` × likelihood of ``task``.  ``options`` is an
+    :class:`LBBNNOptions` (or a mapping of its fields), updated by keyword ``kwargs`` (the keyword form,
+    e.g. ``build_lbbnn(..., hyper="fixed")``, keeps working); an unknown option is a ``ValueError``."""
+    opts = resolve(LBBNNOptions, options, kwargs)
     arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
     prior = SpikeSlabPrior.for_architecture(
         arch,
-        inclusion=inclusion,
-        slab_var=slab_var,
-        bias_scale=bias_scale,
-        hyper=hyper,
-        a_psi=a_psi,
-        b_psi=b_psi,
-        a_beta=a_beta,
-        b_beta=b_beta,
-        eb_steps=eb_steps,
-        eb_stop_inclusion=eb_stop_inclusion,
+        inclusion=opts.inclusion,
+        slab_var=opts.slab_var,
+        bias_scale=opts.bias_scale,
+        hyper=opts.hyper,
+        a_psi=opts.a_psi,
+        b_psi=opts.b_psi,
+        a_beta=opts.a_beta,
+        b_beta=opts.b_beta,
+        eb_steps=opts.eb_steps,
+        eb_stop_inclusion=opts.eb_stop_inclusion,
     )
-    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
-    noise_kw = (
-        {"noise": "fixed", "scale": 1.0}
-        if noise == "fixed"
-        else {"noise": "inverse_gamma", "concentration": noise_concentration, "rate": noise_rate}
-    )
-    lik = make_likelihood(task, out_features, **noise_kw)
-    return BayesianModel(arch, prior, lik)
+    return BayesianModel(arch, prior, make_likelihood(task, out_features, **_noise_options(opts)))
+
+
+def _noise_options(opts: LBBNNOptions) -> dict[str, Any]:
+    """Regression: Gaussian with an inverse-gamma prior on the variance, or variance fixed at 1."""
+    if opts.noise == "fixed":
+        return {"noise": "fixed", "scale": 1.0}
+    return {"noise": "inverse_gamma", "concentration": opts.noise_concentration, "rate": opts.noise_rate}
 
 
 register(
@@ -99,9 +145,10 @@ register(
         },
         fit_defaults={"steps": 3000, "lr": 1e-2, "batch_size": 128, "optimizer": "adam"},
         fit_fn=fit_lbbnn_staged,
+        options=LBBNNOptions,
         references=(
             "Hubin & Storvik, Variational Inference for Bayesian Neural Networks under Model and "
-            "Parameter Uncertainty (Mathematics 2024; arXiv:1903.07594); note 001",
+            "Parameter Uncertainty (Mathematics 2024; arXiv:1903.07594)",
         ),
         default_hidden=(50,),
         extra_metrics=lambda run: _selection_if_known(run),
@@ -211,10 +258,10 @@ def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
         "max_seconds": MNIST10K_SECONDS,
         # Algorithm 1: 20 epochs of pre-training with empirical Bayes (ended early once ψ of layer 1 < 0.1,
         # the reference code's rule) at Table 1's high ω / ξ / Σ step sizes, then main training
-        # (guides.lbbnn.meanfield.DEFAULT_LRS: Table 1 with κ, ρ at 1e-2 for the short run, note 001 §5.3)
+        # (guides.lbbnn.training.DEFAULT_LRS: Table 1 with κ, ρ at 1e-2 for the short run)
         "options": {"hyper": "eb-point", "eb_steps": 1600, "inclusion": 0.5, "eb_stop_inclusion": 0.1},
         "fit_options": {"stage_lrs": "short"},
-        # 50 post-training epochs with the structure fixed at lr 1e-4 (note 001 §2.8, Table 1)
+        # 50 post-training epochs with the structure fixed at lr 1e-4 (paper 001 §5, Table 1)
         "posttrain_steps": 4000,
         "posttrain_lr": 1e-4,
     }
@@ -239,7 +286,8 @@ register_protocol(
             "training per fit (rows record steps/epochs done): LBBNN with the mean-field (closed-form KL, "
             "straight-through Concrete at δ = 0.5), full-MVN and rank-2 + diagonal MVN inclusion guides, "
             "eb-point hyperparameters; Algorithm 1 stages with per-group Adam step sizes "
-            "(guides.lbbnn.meanfield.DEFAULT_LRS): pre-training 1600 steps (ends early once ψ of layer 1 < 0.1, "
+            "(guides.lbbnn.meanfield.DEFAULT_LRS): pre-training 1600 steps "
+            "(ends early once ψ of layer 1 < 0.1, "
             "the reference code's rule) at ω / ξ 0.1, Σ 0.05, κ/ρ 1e-2, then main training at ω / ξ / Σ "
             "1e-2, κ/ρ 1e-2 with ψ, σ² frozen; and the dense mean-field Gaussian BNN (Adam 1e-3). "
             "accuracy = BMA over R = 10; acc_bma_r1, acc_mpm (α > 0.5), acc_mean; density = MPM; "
@@ -290,7 +338,8 @@ register_protocol(
         description=(
             "one-neuron LBBNN (logistic regression with spike-and-slab coefficients, ψ = 0.25, σ² = 1, "
             "note 003 §1.2) × 100 fits on logistic-sim (split = seed); selection = MPM (α > 0.5); TPR/FPR "
-            "via zoo.eval.metrics.selection_rates (zoo.families.lbbnn.entry.selection_metrics, the entry's extra metrics)."
+            "via zoo.eval.metrics.selection_rates "
+            "(zoo.families.lbbnn.entry.selection_metrics, the entry's extra metrics)."
         ),
         runs=_selection_runs,
         metrics=("accuracy", "density", "tpr", "fpr"),

@@ -1,33 +1,37 @@
-"""Paper 003's guides (note ``003_lbbnn_flows.md``) as *additional guides of existing models*, and the
+"""The guides of Skaaret-Lund, Storvik & Hubin (2023, "Sparsifying Bayesian neural networks with latent binary
+variables and normalizing flows", arXiv:2305.03395) as *additional guides of existing models*, and the
 ``lbbnn-flow-selection`` (and its weak-signal twin) / ``lbbnn-flow-mnist10k`` protocols.
 
 **Registration choice.**  The LCRT and FLOW families are variational families of the *same* LBBNN model
-(paper 003 keeps paper 001's prior, note §1.2), and BNN-FLOW is a family for the Gaussian-prior model.
-A separate registry entry would duplicate the model builder and its options under a second name, and a
-checkpoint's spec would then name a model that is not the one fitted.  So this module only extends the
+(the paper keeps the prior of Hubin & Storvik 2019, its §2), and BNN-FLOW is a family for the Gaussian-prior
+model.  A separate registry entry would duplicate the model builder and its options under a second name, and
+a checkpoint's spec would then name a model that is not the one fitted.  So this module only extends the
 ``guides`` dicts of the existing entries at import time (plugins are imported in name order, after
 ``lbbnn`` and ``baselines``; both are imported explicitly below so a direct import works too):
 
-* ``lbbnn``: ``lcrt`` (:class:`guides.lbbnn.lcrt.LCRTLBBNNGuide`), ``flow`` (:class:`guides.flows.zflow.LBBNNFlowGuide`);
-* ``mfvi-bnn``: ``flow`` (:class:`guides.flows.zflow.GaussianFlowGuide`, BNN-FLOW / MNF).
+* ``lbbnn``: ``lcrt`` (:class:`guides.lbbnn.lcrt.LCRTLBBNNGuide`), ``flow``
+  (:class:`guides.flows.lbbnn.LBBNNFlowGuide`);
+* ``mfvi-bnn``: ``flow`` (:class:`guides.flows.gaussian.GaussianFlowGuide`, BNN-FLOW / MNF).
 
 Their defaults are untouched (first guide = default stays first).  ``zoo fit`` trains them with the paper's
-pre-activation sampler, :class:`guides.lbbnn.lcrt.LCRT_ELBO`, which the guides declare through ``default_loss()``
-(read by :func:`zoo.experiments.runs.fit_on_dataset`; checkpoints keep the loss class).  ``fit(...)`` called directly
-uses ``Trace_ELBO`` unless ``loss=LCRT_ELBO()`` is passed: exact weight-space sampling of the same family.
+pre-activation sampler, :class:`guides.lbbnn.lcrt.LCRT_ELBO`, which the guides declare through
+``default_loss()`` (read by :func:`zoo.experiments.runs.fit_on_dataset`; checkpoints keep the loss class).
+``fit(...)`` called directly uses ``Trace_ELBO`` unless ``loss=LCRT_ELBO()`` is passed: exact weight-space
+sampling of the same family.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from guides.flows.zflow import GaussianFlowGuide, LBBNNFlowGuide
+from guides.flows.gaussian import GaussianFlowGuide
+from guides.flows.lbbnn import LBBNNFlowGuide
 from guides.lbbnn.lcrt import LCRTLBBNNGuide
-from guides.lbbnn.meanfield import DEFAULT_LRS
+from guides.lbbnn.training import DEFAULT_LRS
 from zoo.experiments.registry import get_entry
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
-from zoo.families.lbbnn.entry import IMAGE_METRICS, MNIST10K_RUN, MNIST10K_SECONDS  # also registers lbbnn
 from zoo.families.baselines import entry as _baselines  # noqa: F401  (registers mfvi-bnn)
+from zoo.families.lbbnn.entry import IMAGE_METRICS, MNIST10K_RUN, MNIST10K_SECONDS  # also registers lbbnn
 
 __all__ = ["LBBNN_GUIDES", "BNN_GUIDES"]
 
@@ -58,12 +62,12 @@ def _selection_runs(splits: Sequence[int] | None, dataset: str = "logistic-sim")
     kw = {
         "hidden": [],
         "batch_size": 400,
-        "steps": 2500,  # 500 epochs x 5 batches of 400 (note §4.1 [C])
+        "steps": 2500,  # 500 epochs x 5 batches of 400 (the reference code)
         "lr": 1e-2,
         "num_samples": 100,
         "options": {"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0},
     }
-    # FLOW: MADE 2 x 100 (note 003 §4.1 [P]); the mean-field guide runs under the same schedule so the
+    # FLOW: MADE 2 x 100 (paper 003 §5.1); the mean-field guide runs under the same schedule so the
     # three families differ only in q.
     variants = (
         ("lbbnn-mf", "mean-field", {}),
@@ -114,7 +118,7 @@ register_protocol(
 )
 
 
-#: the LBBNN image runs' per-group step sizes (guides.lbbnn.meanfield.DEFAULT_LRS with κ, ρ, flows at 1e-3)
+#: the LBBNN image runs' per-group step sizes (guides.lbbnn.training.DEFAULT_LRS with κ, ρ, flows at 1e-3)
 IMAGE_STAGE_LRS = {
     stage: {**lrs, "slab": 1e-3} for stage, lrs in DEFAULT_LRS.items() if stage in ("pretrain", "train")
 }
@@ -124,8 +128,8 @@ IMAGE_STAGE_LRS["posttrain"] = dict(DEFAULT_LRS["posttrain"])
 def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     splits = [0] if splits is None else list(splits)
     budget = {**MNIST10K_RUN, "num_samples": 100, "max_seconds": MNIST10K_SECONDS}
-    # the three LBBNN guides share Algorithm 1's schedule (paper 003 trains its mean-field baseline so,
-    # note 003 §2.3 [C]): 1600 steps (20 epochs) with the inclusion logits at step size 0.1, then 1e-2;
+    # the three LBBNN guides share Algorithm 1's schedule (paper 003's reference code trains its mean-field
+    # baseline so): 1600 steps (20 epochs) with the inclusion logits at step size 0.1, then 1e-2;
     # everything else at the protocol's 1e-3 throughout (MNF-style layers are unstable at large steps)
     lb = {
         **budget,

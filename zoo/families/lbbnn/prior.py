@@ -1,23 +1,25 @@
-"""Spike-and-slab prior of the latent-binary BNN (paper 001, note ``001_lbbnn.md``).
+"""Spike-and-slab prior of the latent-binary BNN (Hubin & Storvik 2019, "Variational Inference for Bayesian
+Neural Networks under Model and Parameter Uncertainty", arXiv:1903.07594, §3).
 
 Every weight ``β_kj`` of a weight tensor ("layer") ``l`` has an inclusion indicator (Eqs. 3.3a-b, 3.4a-d)::
 
     γ_kj ~ Bernoulli(ψ_l),   β_kj | γ_kj = 1 ~ N(0, σ²_l),   β_kj | γ_kj = 0 = 0,
 
-biases are always included (``b ~ N(0, s_b²)``, note §1.1: the reference code never drops biases).
+biases are always included (``b ~ N(0, s_b²)``, as in the paper's reference code, which never drops biases).
 
 **Sites.**  The prior is written in the equivalent *non-degenerate* form ``β = γ ⊙ θ`` with a slab value
 ``θ_kj ~ N(0, σ²_l)`` for every weight (marginally identical to 3.3a: ``θ`` of an excluded weight is never
 used).  Per weight spec ``fc{l}.weight`` it emits ``fc{l}.weight.gamma`` (Bernoulli, event dim 2) and
 ``fc{l}.weight.slab`` (Normal, event dim 2) and returns ``fc{l}.weight = γ ⊙ θ``; biases are sites
 ``fc{l}.bias``.  A guide therefore chooses ``q(γ)`` and ``q(θ | γ)``; taking ``q(θ | γ = 0) = p(θ)`` (the
-"δ₀-cancellation convention", note §2.6) makes the ELBO the spike-and-slab ELBO of Eqs. (4.4)-(4.7).
-The Bernoulli is built with ``validate_args=False`` so a relaxed (binary Concrete, Eq. 4.10) value may be
-scored with the pmf extended to [0, 1], as the paper's estimator does (note §2.5).
+"δ₀-cancellation convention": the excluded slab values are scored by their prior on both sides) makes the
+ELBO the spike-and-slab ELBO of Eqs. (4.4)-(4.7).  The Bernoulli pmf is extended to [0, 1] so a relaxed
+(binary Concrete, Eq. 4.10) value may be scored, as the paper's estimator (Eq. 4.14) does.
 
-**Hyperprior formulations** (note §1.3, "recommended clean formulations"), option ``hyper``:
+**Hyperprior formulations**, option ``hyper``:
 
-* ``"fixed"``: ``ψ_l`` and ``σ²_l`` are constants (Appendix D / Bai et al.; closed-form KL, note §2.6);
+* ``"fixed"``: ``ψ_l`` and ``σ²_l`` are constants (the paper's Appendix D and Bai et al. 2020; closed-form
+  KL);
 * ``"eb-point"``: ``ψ_l`` and ``σ²_l`` are point parameters (``pyro.param``) optimized on the ELBO during a
   pre-training stage, then :meth:`SpikeSlabPrior.freeze_hyperparameters` copies them into buffers and they
   are never read as parameters again (so the optimizer no longer sees them);
@@ -34,11 +36,11 @@ from collections.abc import Sequence
 import pyro
 import pyro.distributions as dist
 import torch
-import torch.nn.functional as F
 from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
 from pyro.nn import PyroParam
 from torch import Tensor
+from torch.distributions import Bernoulli, Normal, kl_divergence
 
 from zoo.core.architectures import ParamSpec
 from zoo.core.prior import Prior
@@ -70,33 +72,39 @@ def group_prefix(spec: ParamSpec) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
-# closed-form KL pieces (note §2.6), shared by every LBBNN guide
+# closed-form KL pieces (Eqs. 4.5-4.7 against 3.3a-b), shared by every LBBNN guide
 # ---------------------------------------------------------------------------------------------------
 
 
 def bernoulli_kl(logit_alpha: Tensor, psi: Tensor) -> Tensor:
     """``KL(Bern(α) || Bern(ψ)) = α log(α/ψ) + (1-α) log((1-α)/(1-ψ))`` elementwise, with ``α = σ(ω)``.
 
-    Uses the log-sigmoid forms of ``log α`` and ``log(1-α)`` (note §5.1 item 2) so that saturated logits
-    stay finite.
+    Computed as ``-H(Bern(α)) - E_α[log Bern(γ; ψ)]`` with torch's Bernoulli entropy, which works on the
+    logits (``binary_cross_entropy_with_logits``), so saturated logits stay finite.
     """
     alpha = torch.sigmoid(logit_alpha)
-    log_a, log_1ma = F.logsigmoid(logit_alpha), F.logsigmoid(-logit_alpha)
-    return alpha * (log_a - torch.log(psi)) + (1 - alpha) * (log_1ma - torch.log1p(-psi))
+    entropy = Bernoulli(logits=logit_alpha, validate_args=False).entropy()
+    log1m_psi = torch.log1p(-psi)
+    return -entropy - (alpha * (torch.log(psi) - log1m_psi) + log1m_psi)
 
 
 def gaussian_kl(loc: Tensor, scale: Tensor, prior_var: Tensor) -> Tensor:
-    """``KL(N(loc, scale²) || N(0, prior_var))`` elementwise."""
-    return 0.5 * (torch.log(prior_var) - 2 * torch.log(scale) + (scale**2 + loc**2) / prior_var - 1)
+    """``KL(N(loc, scale²) || N(0, prior_var))`` elementwise (torch's ``kl_divergence(Normal, Normal)``)."""
+    if not torch.is_tensor(prior_var):
+        prior_var = torch.tensor(float(prior_var), dtype=loc.dtype, device=loc.device)
+    q = Normal(loc, scale, validate_args=False)
+    p = Normal(torch.zeros_like(prior_var), prior_var.sqrt(), validate_args=False)
+    return kl_divergence(q, p)
 
 
 def spike_slab_kl(logit_alpha: Tensor, loc: Tensor, scale: Tensor, psi: Tensor, slab_var: Tensor) -> Tensor:
-    """Elementwise closed-form ``KL(q(β, γ) || p(β, γ))`` of note §2.6::
+    """Elementwise closed-form ``KL(q(β, γ) || p(β, γ))``::
 
         α log(α/ψ) + (1-α) log((1-α)/(1-ψ)) + α [log(σ/τ) + (τ² + κ²)/(2σ²) - 1/2]
 
-    for ``q = α N(κ, τ²) + (1-α) δ₀`` (Eqs. 4.5-4.7) and the prior (3.3a-b).  ``loc`` may already carry a
-    multiplicative flow variable (paper 003 Eq. 5: pass ``κ z``).
+    for ``q = α N(κ, τ²) + (1-α) δ₀`` (Eqs. 4.5-4.7) and the prior (3.3a-b); the same expression is the
+    per-layer KL of Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395, §3.2).  ``loc`` may already
+    carry a multiplicative flow variable (their Eq. 5: pass ``κ z``).
     """
     return bernoulli_kl(logit_alpha, psi) + torch.sigmoid(logit_alpha) * gaussian_kl(loc, scale, slab_var)
 
@@ -108,7 +116,7 @@ def _hyper_view(h: Tensor, n: int) -> Tensor:
 
 class InclusionPrior(TorchDistribution):
     """``Bernoulli(ψ)`` with ``ψ`` broadcast (not materialized) over a weight tensor; ``log_prob`` is the pmf
-    ``γ logit ψ + log(1 - ψ)`` extended to [0, 1] (so a relaxed γ̃ can be scored, note §2.5)."""
+    ``γ logit ψ + log(1 - ψ)`` extended to [0, 1] (so a relaxed γ̃ can be scored, Eq. 4.10)."""
 
     arg_constraints = {"probs": constraints.unit_interval}
     support = constraints.unit_interval
@@ -141,10 +149,10 @@ class SpikeSlabPrior(Prior):
     :param a_beta, b_beta: inverse-gamma hyperprior (shape, scale) of ``σ²_l`` (``"hierarchical"``; Eq. 3.4b).
     :param eb_steps: length of the empirical-Bayes pre-training stage in optimizer steps (``"eb-point"``);
         read by the LBBNN guides' stage hook, which freezes the hyperparameters afterwards.
-    :param eb_stop_inclusion: the reference code's early stop of pre-training (note 001 §1.3 [C]): the stage
+    :param eb_stop_inclusion: the reference code's early stop of pre-training (not in the paper): the stage
         also ends as soon as the first weight layer's ``ψ`` drops below this value (0 = never; the
         reference uses 0.1).  Without it, empirical Bayes on a small data set drives ``ψ`` far below what
-        the paper reports (note §5.1.8: "hyperprior empirical Bayes is fragile").
+        the paper reports (empirical Bayes on the hyperparameters is fragile).
     """
 
     def __init__(
@@ -220,7 +228,7 @@ class SpikeSlabPrior(Prior):
 
     def eb_stage_over(self, step: int) -> bool:
         """Whether the empirical-Bayes stage should end after optimizer step ``step``: ``eb_steps`` reached,
-        or the first layer's ``ψ`` below ``eb_stop_inclusion`` (the reference code's rule, note 001 §1.3)."""
+        or the first layer's ``ψ`` below ``eb_stop_inclusion`` (the reference code's rule)."""
         if not self.eb_trainable:
             return False
         if self.eb_steps > 0 and step >= self.eb_steps:

@@ -1,18 +1,18 @@
-"""Paper 003's tabular study (App. C; note ``003_lbbnn_flows.md`` §4.4): the ``lbbnn-flow-tabular`` protocol
-and its metrics, :func:`tabular_metrics`.
+"""The tabular study of Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395, App. C): the
+``lbbnn-flow-tabular`` protocol and its metrics, :func:`tabular_metrics`.
 
 Every LBBNN fit on a ``cv10:`` dataset is scored under **full model averaging** (``bma_*``: ``γ ~ Bern(α)``
-and the slab drawn per network, Eq. 4.15 of paper 001) and under the **median probability model**
-(``mpm_*``: ``γ = I(E α > 0.5)``, slab drawn), each from ``S`` weight-space networks
-(:meth:`guides.lbbnn.meanfield.LBBNNGuide.draw_networks`; the reference code uses S = 1000):
+and the slab drawn per network, Eq. 4.15 of Hubin & Storvik 2019, arXiv:1903.07594) and under the
+**median probability model** (``mpm_*``: ``γ = I(E α > 0.5)``, slab drawn), each from ``S`` weight-space
+networks (:meth:`guides.lbbnn.base.LBBNNGuide.draw_networks`; the reference code uses S = 1000):
 
 * classification: accuracy and ECE (10 equal-width bins, :func:`zoo.eval.metrics.ece`) of the averaged
   probabilities;
 * regression: RMSE of the predictive mean on the original scale (``rmse``) and on the standardized scale
   of the paper's Table 9 (``rmse_std``), and the pinball loss (standardized scale, Table 10) averaged
   over the 19 levels 0.05..0.95 — ``pinball`` as the paper computes it (the predictive *mean* used as
-  every quantile, note §4.4 [C]) and ``pinball_q`` with the predictive quantiles (ours: the proper
-  scoring rule);
+  every quantile, as the paper's reference code does) and ``pinball_q`` with the predictive quantiles
+  (ours: the proper scoring rule);
 * both: ``p_waic1`` / ``p_waic2`` (:func:`zoo.eval.metrics.waic`, sums over the held-out fold, as Tables 7, 8,
   11) and the test NLL from the same draws.
 
@@ -115,8 +115,8 @@ def tabular_metrics(run, num_samples: int = 1000, seed: int = 0) -> dict:
 # protocol
 # ---------------------------------------------------------------------------------------------------
 
-# One hidden layer of 500 (App. C [P]); prior inclusion 0.1, MADE 2 x 250 [C].  Not the paper's 250
-# full-batch steps (note §4.4 [N]: those densities reflect the initialization): minibatches of 100 and
+# One hidden layer of 500 (App. C); prior inclusion 0.1, MADE 2 x 250 (the reference code).  Not the
+# paper's 250 full-batch steps (their densities reflect the initialization): minibatches of 100 and
 # 3000 Adam steps at lr 5e-3 (≈ 200-660 epochs over these sets).
 TABULAR_RUN = {
     "hidden": [500],

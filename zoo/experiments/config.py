@@ -1,0 +1,98 @@
+"""The settings of one run on a dataset (:func:`zoo.experiments.runs.fit_on_dataset`) as a config.
+
+:class:`RunConfig` is what ``zoo fit`` builds from its arguments and what a protocol's
+:class:`~zoo.experiments.reproduce.RunSpec` ``kwargs`` are checked against (an unknown key or a bad value
+is an error naming it before any fit starts).  ``None`` for ``steps``/``lr``/``batch_size`` means the
+registry entry's ``fit_defaults``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from zoo.core.config import Config
+from zoo.core.validation import (
+    check_bool,
+    check_device_name,
+    check_mapping,
+    check_optional,
+    check_positive,
+    check_positive_int,
+)
+
+__all__ = ["RunConfig"]
+
+
+def _check_hidden(value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, tuple):
+        raise TypeError(f"hidden must be a sequence of ints, got {type(value).__name__}")
+    for v in value:
+        check_positive_int("hidden", v)
+
+
+def _check_name(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig(Config):
+    """Plain-data settings of :func:`~zoo.experiments.runs.fit_on_dataset` (see its docstring)."""
+
+    split: int = 0
+    hidden: tuple[int, ...] | None = None
+    guide: str | None = None
+    steps: int | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    seed: int = 0
+    device: str | None = None
+    progress: bool = True
+    num_samples: int = 100
+    data_dir: str | None = None
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    guide_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    train_metrics: bool = False
+    max_seconds: float | None = None
+    posttrain_steps: int = 0
+    posttrain_lr: float | None = None
+    fit_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        norm = object.__setattr__
+        if isinstance(self.device, torch.device):
+            norm(self, "device", str(self.device))
+        if isinstance(self.data_dir, os.PathLike):
+            norm(self, "data_dir", os.fspath(self.data_dir))
+        if isinstance(self.hidden, Sequence) and not isinstance(self.hidden, str):
+            norm(self, "hidden", tuple(self.hidden))
+        for name in ("options", "guide_options", "fit_options"):
+            value = getattr(self, name)
+            norm(self, name, {} if value is None else dict(value) if isinstance(value, Mapping) else value)
+        super().__post_init__()
+
+    def validate(self) -> None:
+        check_positive_int("split", self.split, allow_zero=True)
+        _check_hidden(self.hidden)
+        _check_name("guide", self.guide)
+        check_optional("steps", self.steps, check_positive_int, allow_zero=True)
+        check_optional("lr", self.lr, check_positive)
+        check_optional("batch_size", self.batch_size, check_positive_int)
+        check_positive_int("seed", self.seed, allow_zero=True)
+        check_device_name("device", self.device)
+        check_bool("progress", self.progress)
+        check_positive_int("num_samples", self.num_samples)
+        _check_name("data_dir", self.data_dir)
+        for name in ("options", "guide_options", "fit_options"):
+            check_mapping(name, getattr(self, name))
+        check_bool("train_metrics", self.train_metrics)
+        check_optional("max_seconds", self.max_seconds, check_positive)
+        check_positive_int("posttrain_steps", self.posttrain_steps, allow_zero=True)
+        check_optional("posttrain_lr", self.posttrain_lr, check_positive)
