@@ -24,6 +24,7 @@ import pyro.distributions as dist
 import torch
 from torch import Tensor
 
+from guides.autoguides import incompatible
 from zoo.core.architectures import MLP
 from zoo.core.gaussian import GaussianPrior
 from zoo.core.guide import ClosedFormGuide
@@ -48,14 +49,17 @@ def _check_model(model: BayesianModel) -> tuple[GaussianPrior, GaussianLikelihoo
         and arch.hidden == ()
         and not arch.bias
         and arch.out_features == 1
-        and isinstance(model.prior, GaussianPrior)
-        and isinstance(model.likelihood, GaussianLikelihood)
+        and isinstance(getattr(model, "prior", None), GaussianPrior)
+        and isinstance(getattr(model, "likelihood", None), GaussianLikelihood)
         and model.likelihood.noise == "inverse_gamma"
     )
     if not ok:
-        raise TypeError(
-            "model must be BayesianModel(MLP(d, (), 1, bias=False), GaussianPrior, "
-            "GaussianLikelihood(noise='inverse_gamma')) for LinearRegressionCAVIGuide"
+        raise incompatible(
+            model,
+            "cavi",
+            LinearRegressionCAVIGuide,
+            "the conjugate model BayesianModel(MLP(d, (), 1, bias=False), GaussianPrior, "
+            "GaussianLikelihood(noise='inverse_gamma')): the Normal-inverse-gamma updates exist for it only",
         )
     return model.prior, model.likelihood
 

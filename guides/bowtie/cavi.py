@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+from guides.autoguides import incompatible
 from guides.bowtie.activations import (
     fit_local_loop,
     forward_init_locals,
@@ -78,8 +79,13 @@ class BowtieCAVIGuide(BowtieGuideState):
         self, model: BowtieModel, options: BowtieGuideOptions | Mapping | None = None, **kwargs
     ) -> None:
         if not isinstance(model, BowtieModel):
-            raise TypeError(
-                f"model must be a zoo.families.bowtie.model.BowtieModel, got {type(model).__name__}"
+            raise incompatible(
+                model,
+                "cavi",
+                BowtieCAVIGuide,
+                "a zoo.families.bowtie.model.BowtieModel with an NGIGPrior or GaussianBowtiePrior: every "
+                f"update is conjugate only through the bow-tie units' Pólya-Gamma augmentation (got a "
+                f"{type(model).__name__})",
             )
         unknown = sorted(set(kwargs) - set(BowtieGuideOptions.field_names()))
         if unknown:

@@ -37,7 +37,7 @@ from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroParam
 from torch import Tensor
 
-from guides.autoguides import init_to_lecun
+from guides.autoguides import init_to_lecun, require_prior
 from zoo.core.architectures import ParamSpec
 from zoo.core.guide import ClosedFormGuide
 from zoo.core.model import BayesianModel
@@ -66,11 +66,15 @@ class _CollapsedBase(ClosedFormGuide):
 
     def __init__(self, model: BayesianModel, init_logvar: float = -7.0, init_seed: int = 0) -> None:
         super().__init__()
-        prior = getattr(model, "prior", None)
-        if not isinstance(prior, CollapsedPrior):
-            raise TypeError(
-                f"model must be a BayesianModel with a CollapsedPrior, got prior {type(prior).__name__}"
-            )
+        require_prior(
+            model,
+            "hierarchical" if self._hierarchical else "collapsed",
+            type(self),
+            (CollapsedPrior,),
+            "a CollapsedPrior (the closed-form penalties and q* exist for the per-weight CM/CV/CMV "
+            "hyperpriors of App. B only)",
+        )
+        prior = model.prior
         if not math.isfinite(float(init_logvar)):
             raise ValueError(f"init_logvar must be finite, got {init_logvar!r}")
         prior.hierarchical = self._hierarchical

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from pyro.nn import PyroModule
 from torch import Tensor
 
+from guides.autoguides import require_prior
 from guides.flows.zflow import ZFlowMixin
 from guides.lbbnn.base import init_noise_factor, init_slab_params, param_attr
 from guides.lbbnn.lcrt import LCRTLinearMixin, point_site
@@ -49,8 +50,14 @@ class GaussianFlowGuide(ZFlowMixin, LCRTLinearMixin, PyroModule):
         super().__init__()
         if not isinstance(model, BayesianModel):
             raise TypeError(f"model must be a zoo BayesianModel, got {type(model).__name__}")
-        if not isinstance(model.prior, GaussianPrior):
-            raise TypeError(f"model.prior must be a GaussianPrior, got {type(model.prior).__name__}")
+        require_prior(
+            model,
+            "flow",
+            type(self),
+            (GaussianPrior,),
+            "a GaussianPrior for its closed-form KL (guides.flows.weightspace.WeightSpaceGuide(model, "
+            "'flow') is the z-flow of any continuous prior)",
+        )
         if not isinstance(model.architecture, MLP):
             raise TypeError(f"model.architecture must be a zoo MLP, got {type(model.architecture).__name__}")
         self._model = (model,)

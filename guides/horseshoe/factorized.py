@@ -41,6 +41,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroParam
 from torch import Tensor
 
+from guides.autoguides import require_prior
 from guides.horseshoe.analytic import HorseshoeAnalyticMixin
 from guides.horseshoe.closed_forms import LOG_2PIE, auxiliary_rate, lognormal_entropy
 from guides.horseshoe.lrt import ANALYTIC_SITE, HorseshoeLRTMixin
@@ -53,13 +54,19 @@ from zoo.ops.transforms import inv_softplus
 __all__ = ["HorseshoeGuide"]
 
 
-def _check_model(model) -> HorseshoePrior:
-    prior = getattr(model, "prior", None)
-    if not isinstance(prior, HorseshoePrior):
-        raise TypeError(
-            f"model must be a BayesianModel with a HorseshoePrior, got prior {type(prior).__name__}"
-        )
-    return prior
+def _check_model(model, guide: HorseshoeGuide) -> HorseshoePrior:
+    """The model's :class:`HorseshoePrior`, else :class:`~guides.autoguides.IncompatiblePriorError` naming
+    the guide family and the prior: every factor of the family (log-normal node and layer scales, the
+    closed-form auxiliaries of Eq. 9, the non-centered unit rows) is a factor of the horseshoe's sites."""
+    name = "flow" if hasattr(guide, "_init_zflows") else guide.family  # the z-flow subclass keeps family
+    require_prior(
+        model,
+        name,
+        type(guide),
+        (HorseshoePrior,),
+        "a HorseshoePrior (its factors are those of the horseshoe's scale sites and unit rows, Eq. 4)",
+    )
+    return model.prior
 
 
 class HorseshoeGuide(HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalyticMixin, ClosedFormGuide):
@@ -81,7 +88,7 @@ class HorseshoeGuide(HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalytic
 
     def __init__(self, model, init_sd: float = 4.5e-5, init_scales: str = "unit") -> None:
         super().__init__()
-        prior = _check_model(model)
+        prior = _check_model(model, self)
         if init_sd <= 0:
             raise ValueError(f"init_sd must be positive, got {init_sd}")
         if init_scales not in ("prior", "unit"):

@@ -20,6 +20,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroModule, PyroParam
 from torch import Tensor
 
+from guides.autoguides import require_prior
 from guides.lbbnn.distributions import InclusionConcrete, SlabGivenInclusion
 from guides.lbbnn.elbo import ClosedFormKL_ELBO
 from guides.lbbnn.predict import LBBNNPredictionMixin
@@ -33,6 +34,14 @@ from zoo.families.lbbnn.prior import SpikeSlabPrior, gaussian_kl, group_prefix, 
 __all__ = ["LBBNNGuide", "KL_MODES", "param_attr", "init_slab_params", "init_noise_factor", "find_noise_site"]
 
 KL_MODES = ("closed-form", "mc")
+
+#: registry names of the LBBNN guide classes, for the prior-compatibility message
+_GUIDE_NAMES = {
+    "MeanFieldLBBNNGuide": "mean-field",
+    "MVNLBBNNGuide": "mvn",
+    "LCRTLBBNNGuide": "lcrt",
+    "LBBNNFlowGuide": "flow",
+}
 
 
 def param_attr(name: str, what: str) -> str:
@@ -95,8 +104,13 @@ class LBBNNGuide(LBBNNPredictionMixin, ClosedFormGuide):
         super().__init__()
         if not isinstance(model, BayesianModel):
             raise TypeError(f"model must be a zoo BayesianModel, got {type(model).__name__}")
-        if not isinstance(model.prior, SpikeSlabPrior):
-            raise TypeError(f"model.prior must be a SpikeSlabPrior, got {type(model.prior).__name__}")
+        require_prior(
+            model,
+            _GUIDE_NAMES.get(type(self).__name__, type(self).__name__),
+            type(self),
+            (SpikeSlabPrior,),
+            "a SpikeSlabPrior (q(γ) and q(θ | γ) are factors of its inclusion and slab sites)",
+        )
         if kl not in KL_MODES:
             raise ValueError(f"kl must be one of {KL_MODES}, got {kl!r}")
         self.kl = kl

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from guides.autoguides import make_autoguide
+from guides.autoguides import autoguide_factory
 from guides.baselines.conjugate import LinearRegressionCAVIGuide
+from guides.flows.weightspace import weight_space_factory
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
 from zoo.core.gaussian import GaussianPrior
@@ -46,7 +47,16 @@ def _mfvi_build(
 
 
 def _autoguide(name: str) -> Callable:
-    return lambda model: make_autoguide(name, model)
+    return autoguide_factory(name)
+
+
+#: ``mfvi-bnn``'s guides (first = default): the Pyro autoguides with the zoo's initialization, and the
+#: weight-space ``factorized`` / ``tied`` families of :mod:`guides.flows.weightspace` (Ghosh et al. 2019,
+#: Table 1, on the weights); :mod:`zoo.families.lbbnn.flows` adds BNN-FLOW as ``flow``.
+MFVI_GUIDES = {
+    **{g: _autoguide(g) for g in ("normal", "lowrank", "diagonal", "mvn", "delta", "iaf")},
+    **{f: weight_space_factory(f) for f in ("factorized", "tied")},
+}
 
 
 register(
@@ -55,7 +65,7 @@ register(
         summary="Gaussian-prior MLP BNN, mean-field Gaussian guide (the mfVI / Bayes-by-backprop baseline)",
         build=_mfvi_build,
         options=MFVIOptions,
-        guides={g: _autoguide(g) for g in ("normal", "lowrank", "diagonal", "mvn", "delta")},
+        guides=MFVI_GUIDES,
         fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
         references=(
             "Blundell, Cornebise, Kavukcuoglu & Wierstra 2015, Weight Uncertainty in Neural Networks "

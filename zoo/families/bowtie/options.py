@@ -14,7 +14,7 @@ from zoo.core.config import Config
 from zoo.core.validation import check_positive
 from zoo.families.bowtie.prior import check_gig_params
 
-__all__ = ["BowtieOptions"]
+__all__ = ["BowtieOptions", "NGIGOptions"]
 
 
 def _check_real(name: str, value: object) -> float:
@@ -72,5 +72,40 @@ class BowtieOptions(Config):
         glob = [_check_real(n, getattr(self, n)) for n in ("nu_glob", "lam_glob")]
         delta_glob = 1.0 if self.delta_glob is None else _check_real("delta_glob", self.delta_glob)
         check_gig_params("nu_glob/delta_glob/lam_glob", glob[0], delta_glob, glob[1])
+        loc = [_check_real(n, getattr(self, n)) for n in ("nu_loc", "delta_loc", "lam_loc")]
+        check_gig_params("nu_loc/delta_loc/lam_loc", *loc)
+
+
+@dataclasses.dataclass(frozen=True)
+class NGIGOptions(Config):
+    """Keyword options of the ``ngig-bnn`` builder (:mod:`zoo.families.bowtie.ngig_mlp`): the N-GIG prior of
+    Eqs. (5)–(7) on a deterministic ReLU MLP.
+
+    ``nu``/``delta``/``lam`` ``_glob`` and ``_loc``: the GIG parameters of the global and local scales
+    (defaults: inverse-gamma, Student-t(3) marginals, the authors' code); ``bias_scale``: ``s_0``;
+    ``scale_with_architecture``: App. D.1 (``delta_glob / sqrt(L)``, ``delta_loc / sqrt(fan_in)``; with the
+    defaults the prior variance of a weight is ``E[tau] E[psi] = 1 / fan_in``).  No data-dependent
+    defaults: the targets are standardized, as for ``mfvi-bnn``.  ``noise_concentration``/``noise_rate``:
+    the inverse-gamma prior of a regression likelihood's noise variance (``mfvi-bnn``'s; ignored for
+    classification).
+    """
+
+    nu_glob: float = -1.5
+    delta_glob: float = 1.0
+    lam_glob: float = 0.0
+    nu_loc: float = -1.5
+    delta_loc: float = 1.0
+    lam_loc: float = 0.0
+    bias_scale: float = 1.0
+    scale_with_architecture: bool = True
+    noise_concentration: float = 2.0
+    noise_rate: float = 0.5
+
+    def validate(self) -> None:
+        _check_bool("scale_with_architecture", self.scale_with_architecture)
+        for name in ("bias_scale", "noise_concentration", "noise_rate"):
+            check_positive(name, _check_real(name, getattr(self, name)))
+        glob = [_check_real(n, getattr(self, n)) for n in ("nu_glob", "delta_glob", "lam_glob")]
+        check_gig_params("nu_glob/delta_glob/lam_glob", *glob)
         loc = [_check_real(n, getattr(self, n)) for n in ("nu_loc", "delta_loc", "lam_loc")]
         check_gig_params("nu_loc/delta_loc/lam_loc", *loc)

@@ -6,11 +6,11 @@ Model: ``MLP`` x :class:`~zoo.families.horseshoe.prior.HorseshoePrior` (non-cent
 (regression: Gaussian with ``precision ~ Gamma(6, 6)``, §6 and App. C.1); the builder options are
 :class:`~zoo.families.horseshoe.options.HorseshoeOptions`.  Guides (first = default): ``factorized`` (Eq. 4
 with closed-form auxiliaries, Algorithm 1), ``structured`` (Table 1 matrix normal), ``tied``,
-``semi-structured``, the Pyro autoguide ``normal`` (to show the prior runs under any guide) and the z-flow
-guide ``flow``.  Fit defaults follow §6.5: Adam, lr 0.005, batch 128.  ``zoo fit`` trains the zoo's
-horseshoe guides with the paper's local-reparameterization estimator of the ELBO,
-:class:`guides.horseshoe.lrt.HorseshoeLRTELBO` (§4.2, App. A.2; ``fit(..., loss=...)``), and the others
-with ``Trace_ELBO`` (weight-space samples).
+``semi-structured``, the Pyro autoguide ``normal`` (to show the prior runs under any guide), the z-flow
+guide ``flow`` and the autoguides ``lowrank`` and ``iaf``.  Fit defaults follow §6.5: Adam, lr 0.005,
+batch 128.  ``zoo fit`` trains the zoo's horseshoe guides with the paper's local-reparameterization
+estimator of the ELBO, :class:`guides.horseshoe.lrt.HorseshoeLRTELBO` (§4.2, App. A.2; ``fit(...,
+loss=...)``), and the others with ``Trace_ELBO`` (weight-space samples).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from guides.autoguides import make_autoguide
+from guides.autoguides import autoguide_factory
 from guides.horseshoe.factorized import HorseshoeGuide
 from guides.horseshoe.flow import HorseshoeFlowGuide
 from guides.horseshoe.lrt import HorseshoeLRTELBO
@@ -90,8 +90,10 @@ GUIDES = {
     "structured": StructuredHorseshoeGuide,
     "tied": TiedHorseshoeGuide,
     "semi-structured": SemiStructuredHorseshoeGuide,
-    "normal": lambda model: make_autoguide("normal", model),
+    "normal": autoguide_factory("normal"),
     "flow": HorseshoeFlowGuide,
+    "lowrank": autoguide_factory("lowrank"),
+    "iaf": autoguide_factory("iaf"),
 }
 
 
