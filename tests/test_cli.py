@@ -278,3 +278,110 @@ def test_reproduce_checks_run_settings_before_any_fit_and_journals_the_config(
     assert "run_config" not in doc["rows"][0]
     with pytest.raises(ValueError, match="overrides"):
         run_protocol("smoke-cfg", tmp_path, splits=[1], progress=False, overrides={"stepz": 3})
+
+
+SMOKE = ["--steps", "3", "--hidden", "3", "--num-samples", "5", "--no-progress"]
+
+
+def test_fit_refuses_an_earlier_run_unless_overwrite(tmp_path, capsys):
+    """``zoo fit --out DIR`` on a folder holding a run: exit 2 and every file byte-identical; with
+    ``--overwrite`` the run is replaced."""
+    out = tmp_path / "run"
+    argv = ["fit", "mfvi-bnn", "--dataset", "diabetes", *SMOKE, "--out", str(out)]
+    assert main(argv) == 0
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    with pytest.raises(SystemExit) as e:
+        main([*argv[:-2], "--seed", "1", "--out", str(out)])
+    assert e.value.code == 2 and "--overwrite" in capsys.readouterr().err
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
+    for name in ("metrics.json", "checkpoint.pt", "posterior.nc"):  # any one of the files is a run
+        lone = tmp_path / f"only-{name}"
+        lone.mkdir()
+        (lone / name).write_text("x")
+        with pytest.raises(SystemExit):
+            main([*argv[:-1], str(lone)])
+        assert (lone / name).read_text() == "x" and len(list(lone.iterdir())) == 1
+    assert main([*argv[:-2], "--seed", "1", "--overwrite", "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["seed"] == 1
+    assert (out / "checkpoint.pt").read_bytes() != before["checkpoint.pt"][0]
+
+
+def test_list_matrix_prints_the_composition_matrix(capsys):
+    from zoo.experiments.matrix import GUIDE_FAMILIES, PRIOR_FAMILIES
+
+    assert main(["list", "--matrix"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[0].split()
+    assert lines[0].startswith("prior \\ guide") and head[3:] == [g.abbrev for g in GUIDE_FAMILIES]
+    rows = lines[1 : 1 + len(PRIOR_FAMILIES)]
+    assert [r.startswith(p.label) for r, p in zip(rows, PRIOR_FAMILIES)] == [True] * len(PRIOR_FAMILIES)
+    assert all(r.count("✓") >= 1 for r in rows) and any("guide families:" == x for x in lines)
+
+
+def _table(tmp_path, n: int = 60):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 3))
+    y = 2.0 * x[:, 0] - x[:, 2] + 0.1 * rng.normal(size=n)
+    path = tmp_path / "own.csv"
+    rows = ["a,b,c,label"] + [f"{u:.5f},{v:.5f},{w:.5f},{t:.5f}" for (u, v, w), t in zip(x, y)]
+    path.write_text("\n".join(rows) + "\n")
+    np.savez(tmp_path / "own.npz", x=x, y=(y > 0).astype(np.int64))
+    return path
+
+
+def test_fit_on_own_csv_and_npz(tmp_path):
+    csv = _table(tmp_path)
+    out = tmp_path / "csv"
+    argv = ["fit", "mfvi-bnn", "--dataset", f"csv:{csv}", "--target", "label", "--test-frac", "0.25"]
+    assert main([*argv, "--split-seed", "3", *SMOKE, "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["dataset"] == "csv:own" and (m["n_train"], m["n_test"]) == (45, 15) and "rmse" in m
+    out2 = tmp_path / "npz"
+    assert (
+        main(["fit", "mfvi-bnn", "--dataset", f"npz:{tmp_path / 'own.npz'}", *SMOKE, "--out", str(out2)]) == 0
+    )
+    m2 = json.loads((out2 / "metrics.json").read_text())
+    assert m2["n_test"] == 6 and "accuracy" in m2  # 0/1 labels: binary inferred
+
+
+@pytest.mark.parametrize(
+    "extra, word",
+    [
+        (["--target", "nope"], "--dataset/--target"),
+        (["--target", "label", "--test-frac", "1.5"], "--test-frac"),
+        (["--target", "label", "--task", "ordinal"], "--task"),
+        (["--target", "label", "--task", "binary"], "--dataset/--target"),  # float labels
+        (["--target", "label", "--split-seed", "-1"], "--split-seed"),
+    ],
+)
+def test_bad_own_data_arguments_exit_2_and_write_nothing(tmp_path, capsys, extra, word):
+    csv = _table(tmp_path)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "mfvi-bnn", "--dataset", f"csv:{csv}", *extra, *SMOKE, "--out", str(out)])
+    assert e.value.code == 2 and word in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_table_flags_need_a_table_dataset(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "mfvi-bnn", "--dataset", "diabetes", "--target", "y", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--target" in err and "csv:PATH" in err
+    with pytest.raises(SystemExit) as e:
+        main(
+            ["fit", "mfvi-bnn", "--dataset", f"csv:{tmp_path / 'missing.csv'}", "--out", str(tmp_path / "o")]
+        )
+    assert e.value.code == 2 and "missing.csv" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_overwrite_with_an_ensemble_leaves_no_file_of_the_earlier_run(tmp_path):
+    out = tmp_path / "run"
+    argv = ["fit", "mfvi-bnn", "--dataset", "diabetes", *SMOKE, "--out", str(out)]
+    assert main(argv) == 0
+    assert main([*argv, "--ensemble", "2", "--overwrite"]) == 0
+    assert sorted(os.listdir(out)) == ["member_0", "member_1", "metrics.json"]
+    assert json.loads((out / "metrics.json").read_text())["ensemble_size"] == 2

@@ -56,6 +56,55 @@ class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):
     def config(self) -> dict:
         return {}
 
+    def validate_targets(self, y: Tensor) -> None:
+        """Raise ``ValueError`` naming ``y`` unless it is a valid target tensor for this likelihood.
+
+        Plain torch checks, independent of ``pyro.enable_validation`` (``zoo reproduce`` runs with Pyro's
+        validation off, so invalid labels would otherwise train silently); :func:`zoo.infer.loop.fit` calls
+        it before training.  The base check: a real tensor with at least one row and finite values;
+        subclasses add their support (shape, 0/1, class range).
+        """
+        if not isinstance(y, Tensor):
+            raise ValueError(f"y must be a torch.Tensor, got {type(y).__name__}")
+        if y.is_complex():
+            raise ValueError(f"y must be real-valued, got dtype {y.dtype}")
+        if y.dim() == 0 or y.shape[0] == 0:
+            raise ValueError(f"y must have at least one row, got shape {tuple(y.shape)}")
+        if y.is_floating_point():
+            bad = ~torch.isfinite(y)
+            if bool(bad.any()):
+                raise ValueError(f"y contains {int(bad.sum())} non-finite value(s) (NaN or inf)")
+
+
+def _check_labels_1d(y: Tensor, what: str) -> None:
+    if y.dim() != 1:
+        raise ValueError(f"y must be 1-D labels (N,) for a {what} likelihood, got shape {tuple(y.shape)}")
+    if y.is_floating_point():
+        frac = y != torch.round(y)
+        if bool(frac.any()):
+            raise ValueError(
+                f"y must hold integer labels for a {what} likelihood, got {int(frac.sum())} non-integer "
+                f"value(s) such as {float(y[frac][0]):g} (labels are never rounded)"
+            )
+
+
+def _remap_hint(values: Tensor) -> str:
+    u = torch.unique(values).tolist()
+    if u == [-1, 1]:
+        return "map -1/+1 to 0/1, e.g. y = (y + 1) // 2"
+    if u and u[0] == 1:
+        return "the labels look 1-based: use y - 1"
+    return "map them to 0..C-1"
+
+
+def _check_label_range(y: Tensor, n_classes: int, what: str) -> None:
+    if bool(((y < 0) | (y > n_classes - 1)).any()):
+        values = torch.unique(y)[:10].tolist()
+        raise ValueError(
+            f"y labels must lie in 0..{n_classes - 1} for a {what} likelihood, got values {values}; "
+            + _remap_hint(y)
+        )
+
 
 class GaussianLikelihood(Likelihood):
     """``y ~ N(f, sigma^2)`` with ``noise`` one of
@@ -127,6 +176,22 @@ class GaussianLikelihood(Likelihood):
         d = dist.Normal(self._loc(f), self._sigma2(latents).sqrt())
         return d.to_event(1) if self.out_features > 1 else d
 
+    def validate_targets(self, y: Tensor) -> None:
+        """Finite real targets of shape ``(N,)`` (one output) or ``(N, out_features)``."""
+        super().validate_targets(y)
+        if y.dtype == torch.bool:
+            raise ValueError("y must be real-valued regression targets, got a bool tensor")
+        if self.out_features == 1 and y.dim() != 1:
+            raise ValueError(
+                f"y must have shape (N,) for a regression likelihood with one output, got {tuple(y.shape)}"
+                + ("; use y.squeeze(-1)" if y.dim() == 2 and y.shape[1] == 1 else "")
+            )
+        if self.out_features > 1 and (y.dim() != 2 or y.shape[1] != self.out_features):
+            raise ValueError(
+                f"y must have shape (N, {self.out_features}) for a regression likelihood with "
+                f"{self.out_features} outputs, got {tuple(y.shape)}"
+            )
+
     def predictive_moments(self, f: Tensor, latents: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Per-draw predictive mean and variance of ``y`` (noise included)."""
         loc = self._loc(f)
@@ -148,6 +213,12 @@ class BernoulliLikelihood(Likelihood):
     def log_likelihood(self, f: Tensor, y: Tensor, latents: dict[str, Tensor]) -> Tensor:
         return self.distribution(f, latents).log_prob(y.to(f.dtype))
 
+    def validate_targets(self, y: Tensor) -> None:
+        """Labels ``(N,)`` with values in ``{0, 1}`` (bool, integer or ``0.0``/``1.0`` floats)."""
+        super().validate_targets(y)
+        _check_labels_1d(y, "Bernoulli")
+        _check_label_range(y, 2, "Bernoulli")
+
     def probs(self, f: Tensor) -> Tensor:
         """Class probabilities ``(..., N, 2)``."""
         p1 = torch.sigmoid(f[..., 0])
@@ -168,6 +239,14 @@ class CategoricalLikelihood(Likelihood):
 
     def distribution(self, f: Tensor, latents: dict[str, Tensor]) -> dist.Distribution:
         return dist.Categorical(logits=f)
+
+    def validate_targets(self, y: Tensor) -> None:
+        """Integer labels ``(N,)`` in ``0..n_classes-1`` (integer-valued floats are accepted)."""
+        super().validate_targets(y)
+        if y.dtype == torch.bool:
+            raise ValueError("y must be integer class labels, got a bool tensor")
+        _check_labels_1d(y, "categorical")
+        _check_label_range(y, self.out_features, "categorical")
 
     def probs(self, f: Tensor) -> Tensor:
         return torch.softmax(f, dim=-1)

@@ -4,19 +4,24 @@ Conventions (used by all loaders):
 
 * Inputs are ``float64`` arrays of shape ``(n, d)``. With ``standardize=True`` they are standardised with the
   **training** mean and standard deviation (``ddof=0``, as ``sklearn.preprocessing.StandardScaler`` and the
-  Hernández-Lobato & Adams 2015 UCI protocol do). Numerically constant training columns get std 1, so no NaN
-  can appear (the naval-propulsion data has constant columns).
+  Hernández-Lobato & Adams 2015 UCI protocol, arXiv:1502.05336 §5, do). Numerically constant training
+  columns get std 1, so no NaN can appear (the naval-propulsion data has constant columns). The statistics
+  stay on the :class:`Dataset` (``x_mean``/``x_std``; :meth:`Dataset.transform_x` maps new raw inputs).
 * Regression targets stay in their **original units**. Their training mean/std are stored in
   :attr:`Dataset.y_mean` / :attr:`Dataset.y_std` for fit code that wants to standardise targets and map
-  predictions back (the bow-tie paper, note 000 §4.1, does not rescale outputs; the horseshoe paper,
-  note 004 §6.1, standardises and reports in original units — both are possible this way).
-* Classification labels are ``int64`` arrays of shape ``(n,)``.
+  predictions back (Sheinkman & Wade 2025, arXiv:2411.11132 §4.1, do not rescale outputs; Ghosh, Yao &
+  Doshi-Velez 2019, arXiv:1705.10388 §6.1, standardise and report in original units — both are possible
+  this way; :func:`zoo.experiments.runs.fit_on_dataset` standardises for fitting unless the registry entry
+  says otherwise and reports every metric in original units).
+* Classification labels are ``int64`` arrays of shape ``(n,)`` in ``0..n_classes-1``.
+* Every array is validated before any training (:mod:`zoo.data.checks`).
 """
 
 from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+
+from zoo.data import checks
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -33,14 +40,13 @@ __all__ = [
     "data_root",
     "from_arrays",
     "random_split",
-    "random_split_dataset",
     "standardize",
 ]
 
 DATA_ENV_VAR = "ZOO_DATA_DIR"
 """Environment variable naming the shared data root."""
 
-TASKS = ("regression", "binary", "multiclass")
+TASKS = checks.TASKS
 
 EXPECTED_LAYOUT = (
     "expected layout under the data root: uci/<name>/{data.txt,index_features.txt,index_target.txt,"
@@ -67,7 +73,9 @@ class Dataset:
         n_classes: 2 for binary, K for multiclass, ``None`` for regression.
         x_mean, x_std: train statistics applied to x (``None`` if not standardised).
         y_mean, y_std: train statistics of y (regression only); **not** applied to ``y_*``.
-        meta: free-form provenance, e.g. ``{"source": path, "protocol": "...", "beta_true": ...}``.
+        meta: free-form provenance, e.g. ``{"source": path, "protocol": "..."}``; ``meta["true_support"]``
+            (set by :func:`from_arrays`' ``true_support=``) or ``meta["beta_true"]`` (the simulated
+            coefficients of ``logistic-sim``) give :attr:`true_support`.
     """
 
     name: str
@@ -135,6 +143,29 @@ class Dataset:
         if self.task == "binary":
             return 1
         return 1 if self.y_train.ndim == 1 else int(self.y_train.shape[1])
+
+    @property
+    def true_support(self) -> np.ndarray | None:
+        """Boolean mask ``(in_features,)`` of the inputs that truly matter, or ``None`` when unknown.
+
+        From ``meta["true_support"]`` (see :func:`from_arrays`), else ``meta["beta_true"] != 0``.  Registry
+        entries with a variable-selection report (the one-neuron LBBNN) score TPR/FPR against it.
+        """
+        if self.meta.get("true_support") is not None:
+            return np.asarray(self.meta["true_support"], dtype=bool)
+        if self.meta.get("beta_true") is not None:
+            return np.asarray(self.meta["beta_true"]) != 0
+        return None
+
+    def transform_x(self, x: np.ndarray) -> np.ndarray:
+        """New raw inputs ``(m, d)`` mapped as ``x_train`` was (train statistics; unchanged if not
+        standardised)."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"x must have shape (m, {self.in_features}), got {x.shape}")
+        if self.x_mean is None or self.x_std is None:
+            return x
+        return (x - self.x_mean) / self.x_std
 
     def tensors(
         self, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
@@ -232,6 +263,9 @@ def standardize(
     return (xtr - mean) / std, (xte - mean) / std, mean, std
 
 
+_standardize_columns = standardize  # from_arrays' ``standardize`` argument shadows the function's name
+
+
 def random_split(n: int, seed: int, test_fraction: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """Seeded random train/test split in the style of Hernández-Lobato & Adams (2015).
 
@@ -253,42 +287,87 @@ def random_split(n: int, seed: int, test_fraction: float = 0.1) -> tuple[np.ndar
 
 def from_arrays(
     name: str,
-    task: str,
+    task: str | None,
     x_train: np.ndarray,
     y_train: np.ndarray,
     x_test: np.ndarray,
     y_test: np.ndarray,
     *,
-    standardize_x: bool = True,
+    standardize: bool = True,
     split: int | None = None,
     n_classes: int | None = None,
+    true_support: np.ndarray | Sequence[int] | None = None,
     meta: dict[str, Any] | None = None,
+    standardize_x: bool | None = None,
 ) -> Dataset:
-    """Build a :class:`Dataset` from raw arrays, applying the package conventions.
+    """Build a :class:`Dataset` from your own arrays, validated before any training.
 
-    x is cast to ``float64`` (2-D) and standardised with train statistics if ``standardize_x``;
-    regression y is cast to ``float64`` and its train mean/std (``ddof=0``; per column for ``(n, k)``
-    targets) are recorded but not applied; classification y is cast to ``int64``.
+    This is the Python route for own data (``zoo.data.load_table`` reads a CSV / NPZ file into the same)::
+
+        ds = from_arrays("mine", "binary", x_tr, y_tr, x_te, y_te, true_support=[0, 3])
+        run = zoo.experiments.runs.fit_on_dataset("lbbnn", ds, hidden=[])
+
+    Args:
+        name: the dataset's name in run records.
+        task: ``"regression"``, ``"binary"`` or ``"multiclass"``; ``None`` infers it from the labels
+            (:func:`zoo.data.checks.infer_task`: non-integer or more than 20 distinct values: regression;
+            two classes: binary; else multiclass).
+        x_train, x_test: numeric inputs ``(n, d)`` (1-D: one feature), finite, at least one row each.
+        y_train, y_test: regression: finite ``(n,)`` or ``(n, k)``; classification: integer labels in
+            ``0..C-1`` (``1.0`` is accepted, ``0.7`` is rejected, never rounded; −1/+1 and 1..C are rejected
+            with the remap to apply).
+        standardize: standardise x with the **train** part's mean and std (``ddof=0``; constant columns get
+            std 1); the statistics are kept in ``x_mean``/``x_std`` (see :meth:`Dataset.transform_x`).
+            Regression targets are never changed here: their train mean/std are recorded in
+            ``y_mean``/``y_std``, which :func:`zoo.experiments.runs.fit_on_dataset` uses to standardise the
+            targets for fitting and to map predictions back (metrics in original units). Default ``True``.
+        split: split index recorded on the dataset.
+        n_classes: 2 for binary (inferred when omitted); for multiclass ``max label + 1`` when omitted;
+            checked against the labels when given.
+        true_support: the input features that truly matter, as a boolean mask ``(d,)`` or a list of feature
+            indices; stored as ``meta["true_support"]`` (a boolean mask, read by
+            :attr:`Dataset.true_support`). With it, runs whose model reports a variable selection (the
+            one-neuron ``lbbnn`` entries) add ``tpr``/``fpr`` (Skaaret-Lund, Storvik & Hubin 2023,
+            arXiv:2305.03395, §4.1) to their metrics.
+        meta: free-form provenance, copied.
+        standardize_x: older name of ``standardize`` (wins when given).
+
+    Raises:
+        ValueError: naming the argument: non-finite values (which array, how many, where), an empty part,
+            row counts of x and y that differ, different feature counts, non-integer or out-of-range labels,
+            an unknown task, a wrong ``n_classes``, a bad ``true_support``.
     """
-    x_train = np.asarray(x_train, dtype=np.float64)
-    x_test = np.asarray(x_test, dtype=np.float64)
-    if x_train.ndim == 1:
-        x_train, x_test = x_train[:, None], x_test.reshape(-1, 1)
-    x_mean = x_std = None
-    if standardize_x:
-        x_train, x_test, x_mean, x_std = standardize(x_train, x_test)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if standardize_x is not None:
+        standardize = standardize_x
+    if not isinstance(standardize, bool | np.bool_):
+        raise ValueError(f"standardize must be a bool, got {standardize!r}")
+    x_train, x_test = checks.check_inputs(x_train, x_test)
+    if task is None:
+        ys = [np.asarray(y_train), np.asarray(y_test)]
+        task = checks.infer_task(np.concatenate(ys) if ys[0].ndim == ys[1].ndim else ys[0], "y_train")
+    task = checks.check_task(task)
     y_mean: float | np.ndarray | None = None
     y_std: float | np.ndarray | None = None
     if task == "regression":
-        y_train = np.asarray(y_train, dtype=np.float64)
-        y_test = np.asarray(y_test, dtype=np.float64)
+        y_train = checks.check_regression_targets("y_train", y_train, x_train.shape[0])
+        y_test = checks.check_regression_targets("y_test", y_test, x_test.shape[0])
         if y_train.ndim == 1:
             y_mean, y_std = float(y_train.mean()), float(y_train.std())
         else:
             y_mean, y_std = y_train.mean(axis=0), y_train.std(axis=0)
     else:
-        y_train = np.asarray(y_train).astype(np.int64)
-        y_test = np.asarray(y_test).astype(np.int64)
+        y_train = checks.check_class_labels("y_train", y_train, x_train.shape[0], task)
+        y_test = checks.check_class_labels("y_test", y_test, x_test.shape[0], task)
+    n_classes = checks.check_n_classes(task, n_classes, y_train, y_test)
+    meta = dict(meta or {})
+    support = checks.check_true_support(true_support, x_train.shape[1])
+    if support is not None:
+        meta["true_support"] = support
+    x_mean = x_std = None
+    if standardize:
+        x_train, x_test, x_mean, x_std = _standardize_columns(x_train, x_test)
     return Dataset(
         name=name,
         task=task,
@@ -302,60 +381,5 @@ def from_arrays(
         x_std=x_std,
         y_mean=y_mean,
         y_std=y_std,
-        meta=dict(meta or {}),
-    )
-
-
-def random_split_dataset(
-    name: str,
-    task: str,
-    x: np.ndarray,
-    y: np.ndarray,
-    split: int,
-    *,
-    standardize: bool = True,
-    n_classes: int | None = None,
-    meta: dict | None = None,
-) -> Dataset:
-    """A :class:`Dataset` from full arrays with the seeded random 90/10 split of :func:`random_split`.
-
-    ``meta["protocol"]`` (if given) is extended with the split rule; train/test indices are recorded.
-    """
-    split = check_split(split)
-    tr, te = random_split(x.shape[0], seed=split)
-    meta = dict(meta or {})
-    rule = f"seeded random 90/10 split, np.random.default_rng({split}).permutation, first round(0.9 N) train"
-    meta["protocol"] = f"{meta['protocol']}; {rule}" if meta.get("protocol") else rule
-    return indexed_dataset(
-        name, task, x, y, tr, te, split, standardize=standardize, n_classes=n_classes, meta=meta
-    )
-
-
-def indexed_dataset(
-    name: str,
-    task: str,
-    x: np.ndarray,
-    y: np.ndarray,
-    train_index: np.ndarray,
-    test_index: np.ndarray,
-    split: int,
-    *,
-    standardize: bool = True,
-    n_classes: int | None = None,
-    meta: dict | None = None,
-) -> Dataset:
-    """:func:`from_arrays` on the rows ``train_index`` / ``test_index`` of full arrays; the indices are
-    recorded in ``meta`` (``train_index``, ``test_index``)."""
-    meta = {**(meta or {}), "train_index": train_index, "test_index": test_index}
-    return from_arrays(
-        name,
-        task,
-        x[train_index],
-        y[train_index],
-        x[test_index],
-        y[test_index],
-        standardize_x=standardize,
-        split=split,
-        n_classes=n_classes,
         meta=meta,
     )

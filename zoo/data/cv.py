@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from zoo.data.core import Dataset, check_split, indexed_dataset
+from zoo.data.core import Dataset, check_split
+from zoo.data.splits import indexed_dataset
 
 __all__ = ["CV_PREFIX", "N_FOLDS", "CV_SEED", "kfold_indices", "cross_validation_dataset"]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib
 
-from zoo.data.core import Dataset, random_split_dataset
+from zoo.data.core import Dataset
+from zoo.data.splits import random_split_dataset
 
 __all__ = ["load_breast_cancer", "load_diabetes", "load_digits"]
 

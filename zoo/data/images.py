@@ -196,7 +196,7 @@ def load_mnist_like(
     if tr is not None:
         meta.update(train_index=tr, test_index=te, split_seed=SPLIT_SEED_10K)
     return from_arrays(
-        ds_name, "multiclass", xtr, ytr, xte, yte, standardize_x=False, split=0, n_classes=10, meta=meta
+        ds_name, "multiclass", xtr, ytr, xte, yte, standardize=False, split=0, n_classes=10, meta=meta
     )
 
 

@@ -15,6 +15,8 @@ name                          task        protocol (``split`` = K)
 ``logistic-sim``              binary      our correlated generator, N = 2000 (seed 0), random 90/10, seed K
 ``logistic-sim-weak``         binary      the same design with coefficients × 0.4 (weak signal), as above
 ``cv10:<any name above>``     (base)      10-fold CV over all rows of the base set, fold K (note 003 §4.4)
+``csv:PATH``, ``npz:PATH``    (table)     own table file (:mod:`zoo.data.tables`), random split, seed
+                                          ``table.split_seed + K``
 ============================  ==========  ================================================================
 
 Synthetic data sets drawn once (``toy-bowtie``, ``toy-hs-221``, ``logistic-sim[-weak]``) keep the same data
@@ -25,15 +27,18 @@ the images (pixels are only divided by 255).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from zoo.data import embedded, images, synthetic
-from zoo.data.core import Dataset, check_split, from_arrays, random_split_dataset
+from zoo.data.core import Dataset, check_split, from_arrays
 from zoo.data.cv import CV_PREFIX, cross_validation_dataset
+from zoo.data.splits import random_split_dataset
+from zoo.data.tables import TABLE_FORMATS, TableOptions, load_table
 from zoo.data.uci import UCI_FOLDERS, load_uci
 
-__all__ = ["DATASETS", "load_dataset"]
+__all__ = ["DATASETS", "is_table_name", "load_dataset"]
 
 _TOY_DATA_SEED = 0  # synthetic sets drawn once: the data seed; the split seed is `split`
 
@@ -73,7 +78,7 @@ def _toy_hs(split: int, standardize: bool) -> Dataset:
         "protocol": f"cubic toy, 100 train / 400 test drawn i.i.d. with seed {split} (note 004 §7.2)",
     }
     return from_arrays(
-        "toy-hs", "regression", xtr, ytr, xte, yte, standardize_x=standardize, split=split, meta=meta
+        "toy-hs", "regression", xtr, ytr, xte, yte, standardize=standardize, split=split, meta=meta
     )
 
 
@@ -103,7 +108,7 @@ def _toy_sinusoid(split: int, standardize: bool) -> Dataset:
         y[:200],
         x[200:],
         y[200:],
-        standardize_x=standardize,
+        standardize=standardize,
         split=split,
         meta=meta,
     )
@@ -145,26 +150,67 @@ _SPLIT_LOADERS: dict[str, Callable[[int, bool], Dataset]] = {
 }
 
 
+def _table(
+    name: str, split: int, standardize: bool, table: TableOptions | Mapping[str, Any] | None
+) -> Dataset:
+    """``csv:PATH`` / ``npz:PATH``: split ``K`` uses seed ``split_seed + K``; inputs are standardised only
+    when both ``standardize`` and ``table.standardize`` say so."""
+    fmt, _, path = name.partition(":")
+    if not path:
+        raise ValueError(f"name={name!r}: give the file after the prefix, e.g. {fmt}:data/my_table.{fmt}")
+    if table is None:
+        opts = TableOptions()
+    elif isinstance(table, TableOptions):
+        opts = table
+    elif isinstance(table, Mapping):
+        opts = TableOptions.from_dict(table, what="table")
+    else:
+        raise TypeError(f"table must be a TableOptions or a mapping, got {type(table).__name__}")
+    opts = opts.replace(
+        split_seed=opts.split_seed + split, standardize=bool(standardize and opts.standardize)
+    )
+    return load_table(path, opts, fmt=fmt)
+
+
+def is_table_name(name: str) -> bool:
+    """Whether ``name`` names a table file (``csv:PATH`` or ``npz:PATH``)."""
+    return isinstance(name, str) and name.strip().partition(":")[0] in TABLE_FORMATS
+
+
 def load_dataset(
-    name: str, split: int = 0, *, data_dir: str | Path | None = None, standardize: bool = True
+    name: str,
+    split: int = 0,
+    *,
+    data_dir: str | Path | None = None,
+    standardize: bool = True,
+    table: TableOptions | Mapping[str, Any] | None = None,
 ) -> Dataset:
     """Load split ``split`` of dataset ``name`` (see the module table and :data:`DATASETS`).
 
     Args:
-        name: a name from :data:`DATASETS`; UCI sets also by alias, e.g. ``"uci:boston"``.
+        name: a name from :data:`DATASETS`; UCI sets also by alias, e.g. ``"uci:boston"``; an own table file
+            as ``"csv:PATH"`` or ``"npz:PATH"`` (relative paths from the working directory).
         split: non-negative int; see the table for its meaning per dataset.
         data_dir: data root for UCI and image sets (default ``$ZOO_DATA_DIR``).
         standardize: standardise x with train statistics (ignored for the image sets).
+        table: :class:`~zoo.data.tables.TableOptions` (or a mapping of them) for a table file: target column,
+            task, test fraction, split seed, true support; default ``TableOptions()`` (last column the target,
+            task inferred, 10 % test).  Only for ``csv:``/``npz:`` names.
 
     Raises:
-        ValueError: unknown ``name`` (the message lists the valid names) or ``split`` out of range.
+        ValueError: unknown ``name`` (the message lists the valid names) or ``split`` out of range; a table
+            file with bad contents (see :func:`zoo.data.load_table`); ``table`` given for another name.
         TypeError: ``name`` is not a str or ``split`` is not an int.
-        FileNotFoundError: the data root or a file is missing (UCI and image sets).
+        FileNotFoundError: the data root or a file is missing (UCI, image sets and table files).
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     split = check_split(split)
     key = name.strip()
+    if is_table_name(key):
+        return _table(key, split, standardize, table)
+    if table is not None and not key.startswith(CV_PREFIX):
+        raise ValueError(f"table: table options apply to csv:PATH / npz:PATH names only, got name={name!r}")
     if key.startswith(CV_PREFIX):
         base = key[len(CV_PREFIX) :]
         if base.startswith(CV_PREFIX) or base in ("mnist10k", "kmnist10k"):
@@ -172,7 +218,7 @@ def load_dataset(
         return cross_validation_dataset(
             base,
             split,
-            lambda b: load_dataset(b, 0, data_dir=data_dir, standardize=False),
+            lambda b: load_dataset(b, 0, data_dir=data_dir, standardize=False, table=table),
             standardize=standardize,
         )
     if key.startswith("uci:"):
@@ -183,5 +229,6 @@ def load_dataset(
         return _SPLIT_LOADERS[key](split, standardize)
     raise ValueError(
         f"unknown dataset name={name!r}; valid names: {', '.join(DATASETS)} "
-        "(UCI sets also as uci:<alias>, e.g. uci:boston; any tabular set as cv10:<name>)"
+        "(UCI sets also as uci:<alias>, e.g. uci:boston; any tabular set as cv10:<name>; "
+        "an own table file as csv:PATH or npz:PATH)"
     )

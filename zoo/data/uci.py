@@ -205,7 +205,7 @@ def load_uci(
         ytr,
         xte,
         yte,
-        standardize_x=standardize,
+        standardize=standardize,
         split=int(split),
         meta=meta,
     )

@@ -1,4 +1,10 @@
-"""Command line: ``zoo list`` | ``zoo fit MODEL --dataset NAME --out DIR`` | ``zoo reproduce NAME --out DIR``.
+"""Command line: ``zoo list [--matrix]`` | ``zoo fit MODEL --dataset NAME --out DIR`` |
+``zoo reproduce NAME --out DIR``.
+
+Every subcommand takes ``--plugin PATH_OR_MODULE`` (repeatable, also before the subcommand) to load models
+from outside the package first (:mod:`zoo.experiments.plugins`).  ``zoo fit`` takes a registered dataset or
+an own table file (``--dataset csv:PATH --target COLUMN``, :mod:`zoo.experiments.cli_data`) and refuses an
+``--out`` folder holding an earlier run unless ``--overwrite`` is given.
 
 Every argument is validated before anything is written; a bad argument is a usage error naming it
 (exit code 2).
@@ -38,25 +44,43 @@ def _parse_splits(text: str | None) -> list[int] | None:
     return out
 
 
+RUN_FILES = ("metrics.json", "checkpoint.pt", "posterior.nc")
+"""The files of a run folder: ``zoo fit --out DIR`` refuses a DIR holding any of them without --overwrite."""
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from zoo.experiments.plugins import add_plugin_argument
+
     p = argparse.ArgumentParser(
         prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro."
     )
+    add_plugin_argument(p, dest="plugin_pre")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the registered models")
+    ls = sub.add_parser("list", help="list the registered models")
+    ls.add_argument(
+        "--matrix",
+        action="store_true",
+        help="print the composition matrix (every prior family x every guide family) instead",
+    )
+    add_plugin_argument(ls)
     _add_fit(sub)
     _add_reproduce(sub)
     return p
 
 
 def _add_fit(sub) -> None:
+    from zoo.experiments.cli_data import add_data_arguments
+    from zoo.experiments.plugins import add_plugin_argument
+
     f = sub.add_parser(
         "fit",
         help="fit a registered model on a dataset and write DIR/{metrics.json,posterior.nc,checkpoint.pt}",
     )
     f.add_argument("model")
     f.add_argument(
-        "--dataset", required=True, help="diabetes, breast-cancer, digits, uci:<name>, mnist10k, ..."
+        "--dataset",
+        required=True,
+        help="diabetes, breast-cancer, digits, uci:<name>, mnist10k, ..., or own data csv:PATH / npz:PATH",
     )
     f.add_argument("--split", type=int, default=0)
     f.add_argument("--hidden", type=int, nargs="+", default=None, help="hidden widths, e.g. --hidden 50 50")
@@ -101,9 +125,18 @@ def _add_fit(sub) -> None:
     f.add_argument("--zeta", type=float, default=0.1, help="ensemble weight tempering, w ∝ exp(zeta ELBO)")
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--out", required=True)
+    f.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace an earlier run in --out (a folder holding {', '.join(RUN_FILES)} is refused)",
+    )
+    add_data_arguments(f)
+    add_plugin_argument(f)
 
 
 def _add_reproduce(sub) -> None:
+    from zoo.experiments.plugins import add_plugin_argument
+
     r = sub.add_parser(
         "reproduce", help="run a paper protocol over splits; writes DIR/NAME.json and DIR/NAME.md"
     )
@@ -127,6 +160,7 @@ def _add_reproduce(sub) -> None:
         help="keep the rows of an existing DIR/NAME.json that this run does not redo (complete a protocol "
         "split range by split range); an interrupted run always resumes from DIR/NAME.partial.jsonl",
     )
+    add_plugin_argument(r)
 
 
 def _parse_options(items: Sequence[str]) -> dict:
@@ -159,7 +193,7 @@ def _flag(error: Exception) -> str:
 
 def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     from zoo.core.validation import resolve_device
-    from zoo.data import DATASETS
+    from zoo.data import DATASETS, is_table_name
     from zoo.experiments.registry import get_entry
 
     try:
@@ -168,8 +202,11 @@ def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Non
         parser.error(f"argument MODEL: {e}")
     if a.guide is not None and a.guide not in entry.guides:
         parser.error(f"argument --guide: {a.model} offers {list(entry.guides)}, not {a.guide!r}")
-    if a.dataset not in DATASETS and not a.dataset.startswith("uci:"):
-        parser.error(f"argument --dataset: unknown dataset {a.dataset!r}; valid: {', '.join(DATASETS)}")
+    if a.dataset not in DATASETS and not a.dataset.startswith("uci:") and not is_table_name(a.dataset):
+        parser.error(
+            f"argument --dataset: unknown dataset {a.dataset!r}; valid: {', '.join(DATASETS)}, "
+            "or an own table csv:PATH / npz:PATH"
+        )
     if a.zeta < 0 or a.zeta != a.zeta or a.zeta == float("inf"):
         parser.error(f"argument --zeta: must be a finite number >= 0, got {a.zeta}")
     for name in ("steps", "num_samples", "batch_size", "threads", "ensemble", "jobs"):
@@ -180,14 +217,25 @@ def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Non
         resolve_device(a.device)
     except ValueError as e:
         parser.error(f"argument --device: {e}")
-    if os.path.exists(a.out) and not os.path.isdir(a.out):
-        parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+    _check_out(parser, a.out, a.overwrite)
     for flag, attr in (("--option", "option"), ("--guide-option", "guide_option")):
         try:
             setattr(a, attr + "s", _parse_options(getattr(a, attr)))
         except ValueError as e:
             parser.error(f"argument {flag}: expected KEY=VALUE, got {e.args[0]!r}")
     a.config = _run_config(parser, a)
+
+
+def _check_out(parser: argparse.ArgumentParser, out: str, overwrite: bool) -> None:
+    """``--out`` must be a folder (or not exist yet) without an earlier run, unless ``overwrite``."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        parser.error(f"argument --out: {out!r} exists and is not a directory")
+    earlier = [f for f in RUN_FILES if os.path.exists(os.path.join(out, f))]
+    if earlier and not overwrite:
+        parser.error(
+            f"argument --out: {out!r} holds an earlier run ({', '.join(earlier)}); choose another folder "
+            "or pass --overwrite to replace it"
+        )
 
 
 def _run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
@@ -245,6 +293,9 @@ def _fit_ensemble(a: argparse.Namespace, ds) -> None:
 
     ens = fit_ensemble(a.model, ds, a.config, k=a.ensemble, jobs=a.jobs, zeta=a.zeta, out_dir=a.out)
     atomic_write_text(os.path.join(a.out, "metrics.json"), dumps_json(ens.metrics))
+    for name in RUN_FILES[1:]:  # a single fit's files left by an earlier run (--overwrite) are not this run's
+        if os.path.exists(os.path.join(a.out, name)):
+            os.remove(os.path.join(a.out, name))
     m = ens.metrics
     print(
         f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: {_summary(m)}"
@@ -257,13 +308,10 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     _threads(a.threads)
     import pyro
 
-    from zoo.data import load_dataset
+    from zoo.experiments.cli_data import load_cli_dataset
     from zoo.experiments.runs import fit_on_dataset, write_run
 
-    try:
-        ds = load_dataset(a.dataset, a.split, data_dir=a.data_dir)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        parser.error(f"argument --dataset/--split: {e}")
+    ds = load_cli_dataset(parser, a)
     _check_build(parser, a, ds)
     pyro.enable_validation(False)
     if a.ensemble > 1:
@@ -339,14 +387,26 @@ def _reproduce(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Seq
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
-    if a.command == "list":
+def _list(a: argparse.Namespace) -> int:
+    if a.matrix:
+        from zoo.experiments.matrix import composition_matrix, format_matrix
+
+        print(format_matrix(composition_matrix()))
+    else:
         from zoo.experiments.registry import format_table
 
         print(format_table())
-        return 0
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from zoo.experiments.plugins import load_cli_plugins
+
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    load_cli_plugins(parser, [*a.plugin_pre, *getattr(a, "plugin", [])])
+    if a.command == "list":
+        return _list(a)
     if a.command == "fit":
         return _fit(parser, a)
     if a.command == "reproduce":

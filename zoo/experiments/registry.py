@@ -9,14 +9,31 @@ checkpoints store to rebuild a fit (:func:`build_from_spec`).
 Adding a model family: put a package in :mod:`zoo.families` whose modules call :func:`register` (and, for
 paper protocols, :func:`zoo.experiments.reproduce.register_protocol`); every module of every family package
 is imported on first use, no central list to edit.
+
+Models from outside the package (plugins, :mod:`zoo.experiments.plugins`): :func:`load_plugins` also loads
+every entry point of the group :data:`ENTRY_POINT_GROUP` (``pyro_bnn_zoo.models``) of the installed
+distributions (set ``ZOO_NO_ENTRY_POINTS=1`` to skip them), and ``zoo --plugin FILE_OR_MODULE`` /
+:func:`zoo.experiments.plugins.load_plugin` loads one by hand.  While a plugin loads, :func:`register` stamps
+its entries with the plugin's origin (:attr:`ModelEntry.plugin`, recorded in every spec so a checkpoint
+says what to import) and its identity (the plugin's module name): a name registered again by the same
+identity is a no-op, by anyone else a clash naming both owners.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import copy
+import dataclasses
 import importlib
+import importlib.metadata
 import importlib.util
+import logging
+import os
 import pkgutil
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from zoo.core.config import Config
@@ -31,7 +48,32 @@ __all__ = [
     "build_from_spec",
     "format_table",
     "load_plugins",
+    "load_entry_point",
+    "PluginError",
+    "PluginSource",
+    "ENTRY_POINT_GROUP",
+    "loading_plugin",
+    "run_plugin",
+    "plugin_names",
 ]
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "pyro_bnn_zoo.models"
+"""The entry-point group of model plugins (named for the distribution ``pyro-bnn-zoo``)."""
+
+
+class PluginError(ValueError):
+    """A plugin cannot be loaded: missing file or module, import failure, name clash, nothing registered."""
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """The plugin being loaded: ``identity`` (its module name) and ``origin`` (what a spec records and a user
+    imports again: the file path, the module name, or ``entry-point:<distribution>``)."""
+
+    identity: str
+    origin: str
 
 
 @dataclass(frozen=True)
@@ -52,6 +94,10 @@ class ModelEntry:
     # The builder's options as a :class:`zoo.core.config.Config` dataclass: :func:`build` validates the
     # ``**options`` against it (unknown keys and bad values are ``ValueError`` before anything is built).
     options: type[Config] | None = None
+    # Set by the plugin loader (leave them None): where the entry comes from (a file path, a module name or
+    # ``entry-point:<distribution>``; :func:`build` records it in the spec) and the plugin's module name.
+    plugin: str | None = None
+    plugin_module: str | None = None
 
     @property
     def default_guide(self) -> str:
@@ -61,17 +107,94 @@ class ModelEntry:
 FAMILIES_PACKAGE = "zoo.families"
 _REGISTRY: dict[str, ModelEntry] = {}
 _LOADED = False
+_EP_LOADED: set[str] = set()  # entry points already loaded ("<dist>:<name>=<value>")
+_CURRENT: contextvars.ContextVar[PluginSource | None] = contextvars.ContextVar("zoo_plugin", default=None)
 
 
 def load_plugins() -> None:
-    """Import every module of every family package under :mod:`zoo.families`; each registry entry and
-    protocol registers itself on import (no central list to edit)."""
+    """Import every module of every family package under :mod:`zoo.families` (each registry entry and
+    protocol registers itself on import, no central list to edit), then load the entry points of
+    :data:`ENTRY_POINT_GROUP` not loaded yet.
+
+    Raises:
+        PluginError: an installed entry point fails; the message names it and its distribution (it is
+            tried again on the next call, so a broken plugin never disappears silently).
+    """
     global _LOADED
-    if _LOADED:
+    if not _LOADED:
+        _LOADED = True
+        for name in sorted(_family_modules()):
+            importlib.import_module(name)
+    if os.environ.get("ZOO_NO_ENTRY_POINTS", "").strip() not in ("", "0"):
         return
-    _LOADED = True
-    for name in sorted(_family_modules()):
-        importlib.import_module(name)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = f"{_dist_name(ep)}:{ep.name}={ep.value}"
+        if key not in _EP_LOADED:
+            load_entry_point(ep)
+            _EP_LOADED.add(key)
+
+
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist is not None else "<unknown distribution>"
+
+
+def load_entry_point(ep: importlib.metadata.EntryPoint) -> list[str]:
+    """Load one entry point of :data:`ENTRY_POINT_GROUP` (its value a module, imported, or a callable,
+    called with no arguments); returns the model names its module owns."""
+    dist = _dist_name(ep)
+    what = f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP}) of distribution {dist!r}"
+    hint = f"fix or uninstall {dist!r}, or set ZOO_NO_ENTRY_POINTS=1 to skip installed plugins"
+    return run_plugin(PluginSource(ep.module, f"entry-point:{dist}"), ep.load, what, hint)
+
+
+@contextlib.contextmanager
+def loading_plugin(source: PluginSource) -> Iterator[None]:
+    """Within the block, :func:`register` stamps entries with ``source`` (used by the plugin loaders)."""
+    token = _CURRENT.set(source)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def plugin_names(identity: str) -> list[str]:
+    """The registered names owned by the plugin module ``identity``."""
+    return sorted(n for n, e in _REGISTRY.items() if e.plugin_module == identity)
+
+
+def run_plugin(source: PluginSource, load: Callable[[], object], what: str, hint: str = "") -> list[str]:
+    """Run a plugin under ``source``: ``load()`` returns a module (whose ``register()``, if any, is called
+    when importing it registered nothing) or a callable (called with no arguments).  Returns the names the
+    plugin's module owns; a failure, a clash or no names at all is a :class:`PluginError` naming ``what``
+    (and whatever the failed plugin registered is removed again)."""
+    before = set(plugin_names(source.identity))
+    try:
+        with loading_plugin(source):
+            obj = load()
+            if isinstance(obj, types.ModuleType):
+                hook = getattr(obj, "register", None)
+                if set(plugin_names(source.identity)) == before and not before and callable(hook):
+                    hook()
+            elif callable(obj):
+                obj()
+            else:
+                raise TypeError(f"the value is a {type(obj).__name__}, not a module or a callable")
+    except Exception as e:
+        for name in set(plugin_names(source.identity)) - before:  # no half-registered plugin
+            del _REGISTRY[name]
+        if isinstance(e, PluginError):
+            raise PluginError(f"{what}: {e}" + (f"; {hint}" if hint else "")) from e
+        tb = "".join(traceback.format_exception(e)).rstrip()
+        msg = f"{what} failed to load: {type(e).__name__}: {e}\n{tb}"
+        raise PluginError(msg + (f"\n{hint}" if hint else "")) from e
+    names = plugin_names(source.identity)
+    if not names:
+        raise PluginError(
+            f"{what} registered no model: call zoo.registry.register(ModelEntry(...)) at import or define a "
+            "register() function with no arguments" + (f"; {hint}" if hint else "")
+        )
+    return names
 
 
 def _family_modules() -> list[str]:
@@ -85,11 +208,37 @@ def _family_modules() -> list[str]:
     ]
 
 
+def _owner(entry: ModelEntry) -> str:
+    if entry.plugin is not None:
+        return f"plugin {entry.plugin} (module {entry.plugin_module})"
+    module = getattr(entry.build, "__module__", None) or "?"
+    return f"the zoo ({module})" if module.startswith("zoo.") else f"module {module}"
+
+
 def register(entry: ModelEntry) -> ModelEntry:
-    if entry.name in _REGISTRY:
-        raise ValueError(f"name: a model called {entry.name!r} is already registered")
+    """Add ``entry`` to the registry and return it (as stored: while a plugin loads, stamped with its
+    :attr:`~ModelEntry.plugin` origin and module).
+
+    Raises:
+        ValueError: the name is already registered by someone else (the message names the owner), or the
+            entry has no guide.  The same plugin module registering its name again is a no-op.
+    """
     if not entry.guides:
         raise ValueError("guides: an entry needs at least one guide")
+    source = _CURRENT.get()
+    if source is not None and entry.plugin is None:
+        entry = dataclasses.replace(entry, plugin=source.origin, plugin_module=source.identity)
+    old = _REGISTRY.get(entry.name)
+    if old is not None:
+        if source is not None and old.plugin_module == source.identity:
+            logger.info("model %r of plugin %s: already loaded", entry.name, source.identity)
+            return old
+        by = f"plugin {source.origin} (module {source.identity})" if source is not None else _owner(entry)
+        error = PluginError if source is not None else ValueError
+        raise error(
+            f"name: a model called {entry.name!r} is already registered by {_owner(old)}; "
+            f"{by} cannot register it again (rename one of them)"
+        )
     _REGISTRY[entry.name] = entry
     return entry
 
@@ -149,10 +298,25 @@ def build(
         "options": dict(options),
         "guide_options": guide_options,
     }
+    if entry.plugin is not None:
+        spec["plugin"] = entry.plugin
+    # the spec rides on the model, so a fit made through the API can be saved and reloaded without spec=
+    model._zoo_spec = copy.deepcopy(spec)
     return model, g, spec
 
 
 def build_from_spec(spec: dict):
+    """Rebuild ``(model, guide)`` from a spec; a model from a plugin that is not loaded is a ``ValueError``
+    saying what to import."""
+    load_plugins()
+    plugin = spec.get("plugin")
+    if spec.get("model") not in _REGISTRY and plugin is not None:
+        if str(plugin).startswith("entry-point:"):
+            dist = str(plugin).split(":", 1)[1]
+            todo = f"install the distribution {dist!r} (it registers through an entry point)"
+        else:
+            todo = f"import it first (zoo.experiments.plugins.load_plugin({plugin!r}) / --plugin {plugin})"
+        raise ValueError(f"model: model {spec['model']!r} comes from plugin {plugin}: {todo}")
     model, guide, _ = build(
         spec["model"],
         spec["in_features"],
@@ -177,4 +341,6 @@ def format_table() -> str:
         )
         for ref in e.references:
             rows.append(f"{'':<14} ref: {ref}")
+        if e.plugin is not None:
+            rows.append(f"{'':<14} plugin: {e.plugin}")
     return "\n".join(rows)

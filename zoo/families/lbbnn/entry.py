@@ -27,8 +27,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from guides.lbbnn.meanfield import MeanFieldLBBNNGuide
 from guides.lbbnn.mvn import MVNLBBNNGuide
 from guides.lbbnn.training import fit_lbbnn_staged
@@ -159,17 +157,20 @@ register(
 def selection_metrics(run) -> dict:
     """MPM TPR/FPR of a one-neuron LBBNN fit on ``logistic-sim`` (paper 003 §4.1 via zoo.eval.metrics).
 
-    ``run`` is a :class:`zoo.experiments.runs.RunOutput`; the truth is ``dataset.meta["beta_true"] != 0``.
+    ``run`` is a :class:`zoo.experiments.runs.RunOutput`; the truth is ``dataset.true_support`` (set by
+    ``zoo.data.from_arrays(..., true_support=...)``, or ``meta["beta_true"] != 0`` of ``logistic-sim``).
     """
-    beta = np.asarray(run.dataset.meta["beta_true"])
+    truth = run.dataset.true_support
+    if truth is None:
+        raise ValueError(f"run: dataset {run.dataset.name!r} has no true support to score a selection")
     with run.result.activate():
         rep = run.result.guide.sparsity_report(run.result.model)
     sel = rep.masks["fc0.weight"].reshape(-1).cpu().numpy()
-    if sel.shape != beta.shape:
+    if sel.shape != truth.shape:
         raise ValueError(
-            f"run: the fit has {sel.size} input weights but the data have {beta.size} covariates"
+            f"run: the fit has {sel.size} input weights but the data have {truth.size} covariates"
         )
-    tpr, fpr = selection_rates(sel, beta != 0)
+    tpr, fpr = selection_rates(sel, truth)
     return {"tpr": tpr, "fpr": fpr}
 
 
@@ -214,7 +215,7 @@ def _selection_if_known(run) -> dict:
 
     if run.dataset.name in OOD_PARTNER:
         return {**ood_metrics(run), **image_metrics(run)}
-    if "beta_true" in run.dataset.meta and run.result.model.architecture.hidden == ():
+    if run.dataset.true_support is not None and run.result.model.architecture.hidden == ():
         return selection_metrics(run)
     if run.dataset.name.startswith(CV_PREFIX):
         from zoo.families.lbbnn.tabular import tabular_metrics
