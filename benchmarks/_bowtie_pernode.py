@@ -108,7 +108,8 @@ def _augmented(mu: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _forward(x: np.ndarray, st: dict, nh: int, loop_points: bool):
-    """Note §2.2: ``mu_l = t_l + M_l mu_{l-1}``, ``P_l = S_l + G E[a~a~^T]_{l-1} G^T`` with ``G = [t, M]``;
+    """Sheinkman & Wade 2025 (arXiv:2411.11132), §2.2:
+    ``mu_l = t_l + M_l mu_{l-1}``, ``P_l = S_l + G E[a~a~^T]_{l-1} G^T`` with ``G = [t, M]``;
     returns per layer input ``E[a~]`` (N, D+1), ``E[a~a~^T]`` (N, D+1, D+1), and per hidden layer
     ``E[a_{l,d} a~_{l-1}]`` (N, D_l, D_{l-1}+1) and ``E[a_l a_l^T]`` (N, D_l, D_l)."""
     n = x.shape[0]

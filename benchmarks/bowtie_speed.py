@@ -1,9 +1,10 @@
-"""Wall-clock cost of the vectorized bow-tie CAVI (paper 000 App. A complexity, note §2.6 and §5.5; issue 3).
+"""Wall-clock cost of the vectorized bow-tie CAVI (Sheinkman & Wade 2025, arXiv:2411.11132, App. A; issue 3).
 
 Modes (any combination; with none, the ``--sizes`` table is printed):
 
 * default / ``--sizes N:width:depth ...``: seconds per CAVI sweep and per closed-form ELBO on synthetic data
-  (D_in = 8).  The note estimates 0.1–1 s per sweep for UCI sizes (N <= 930, D = 50) in float64 torch.
+  (D_in = 8). Counting flops from App. A's orders (a few times N·D·(D+1)² per sweep) gives 0.1–1 s per sweep
+  for UCI sizes (N <= 930, D = 50) in float64 torch.
 * ``--n-sweep``: seconds per sweep for N in ``--ns`` (default 1k, 2k, ..., 32k) synthetic points, D_in = 8,
   one hidden layer of ``--width`` (default 50, the width of the paper's UCI networks, "1x50"), and the
   least-squares slope of log(time) on log(N): App. A says the cost is linear in N (slope ~ 1).
@@ -12,10 +13,10 @@ Modes (any combination; with none, the ``--sizes`` table is printed):
   ELBO changes < ``--tol`` = 1e-5, §4 / App. D.1), capped at ``--max-sweeps`` (reported if hit), the sweeps
   looser tolerances would have needed, then the median time of one sweep and one ELBO at the final state.
 * ``--pernode``: two per-node numpy references of the *whole* sweep (``benchmarks/_bowtie_pernode.py``,
-  written from the note's equations): A loops over layers, nodes *and* data points in Python (the loop
-  structure of the authors' numpy code), B loops over layers and nodes with numpy over the data points.
-  Both against :meth:`BowtieCAVIGuide.sweep` (V) from the same state on the same data (boston when
-  ``ZOO_DATA_DIR`` is set): per-factor and total times, speed-ups, and "equal accuracy" = max abs/rel
+  written from the paper's updates, Eqs. 13–19 and App. A): A loops over layers, nodes *and* data points in
+  Python (the loop structure of the authors' numpy code), B loops over layers and nodes with numpy over the
+  data points. Both against :meth:`BowtieCAVIGuide.sweep` (V) from the same state on the same data (boston
+  when ``ZOO_DATA_DIR`` is set): per-factor and total times, speed-ups, and "equal accuracy" = max abs/rel
   difference of every updated variational parameter after one sweep.
 
 Times are medians over repetitions (the machine is shared); one thread (torch and numpy BLAS) unless

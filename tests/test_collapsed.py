@@ -20,6 +20,7 @@ from zoo.eval.diagnostics import to_inference_data
 from zoo.families.collapsed.entry import build_collapsed
 from zoo.families.collapsed.prior import (
     CollapsedPrior,
+    hyper_site,
     optimal_alpha_reg,
     optimal_delta,
     optimal_q_tau,
@@ -342,7 +343,41 @@ def test_fit_predict_checkpoint_arviz(tmp_path, guide_cls):
     idata = to_inference_data(res, x[:5], y[:5], num_samples=10)
     post = set(idata.posterior.data_vars)
     assert {"fc0.weight", "fc1.bias", "sigma2"} <= post and PENALTY_SITE not in post
-    assert ("fc0.weight.tau" in post) == (name == "hierarchical")
+    assert ("fc0.weight_tau_p" in post) == (name == "hierarchical")
+
+
+@pytest.mark.parametrize("kind", ["cm", "cv", "cmv"])
+def test_hierarchical_form_builds_directly_with_layer_prefixed_hyper_sites(kind):
+    """The hierarchical form names its hyper-latents ``<spec>_mu_p`` / ``<spec>_tau_p`` (never
+    ``<spec>.mu_p``, which breaks AutoNormal): it builds as a plain model, and an AutoNormal fits it."""
+    from pyro.infer.autoguide import AutoNormal
+
+    from zoo.core.architectures import MLP
+    from zoo.core.likelihoods import GaussianLikelihood
+    from zoo.core.model import BayesianModel
+
+    arch = MLP(2, (3,), 1)
+    model = BayesianModel(arch, CollapsedPrior(kind, hierarchical=True), GaussianLikelihood())
+    x, y = _data()
+    x, y = x.float(), y.float()
+    tr = poutine.trace(model).get_trace(x, y)
+    latents = {n for n, site in tr.nodes.items() if site["type"] == "sample" and not site["is_observed"]}
+    hyper = {"cm": ("mu_p",), "cv": ("tau_p",), "cmv": ("tau_p", "mu_p")}[kind]
+    specs = [s.name for s in arch.param_specs()]
+    assert latents - {"data", "sigma2", "precision"} == {
+        *specs,
+        *(f"{n}_{h}" for n in specs for h in hyper),
+    }
+    order = [n for n in tr.nodes if n in latents]
+    assert all(order.index(hyper_site(n, h)) < order.index(n) for n in specs for h in hyper)
+    guide = AutoNormal(model)
+    loss = Trace_ELBO().loss(model, guide, x, y)  # the old "fc0.weight.mu_p" names failed right here
+    assert math.isfinite(loss)
+    assert hyper_site("fc1.bias", "tau_p") == "fc1.bias_tau_p"
+    with pytest.raises(ValueError, match="latent"):
+        hyper_site("fc0.weight", "tau")
+    with pytest.raises(TypeError, match="spec"):
+        hyper_site(3, "mu_p")
 
 
 def test_prior_marginals_match_hierarchy_by_monte_carlo():

@@ -28,31 +28,33 @@ def regression_fit():
 
 def test_groups_dims_and_shapes(regression_fit):
     res, x, y = regression_fit
-    idata = to_inference_data(res, x, y, num_samples=40)
-    for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data", "vi_trace"):
+    idata = to_inference_data(res, x[:30], y[:30], num_samples=40, train=(x, y))
+    for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data", "predictions"):
         assert hasattr(idata, group), group
     post = idata.posterior
     assert post["fc0.weight"].dims == ("chain", "draw", "fc0_out", "fc0_in")
     assert post["fc0.bias"].dims == ("chain", "draw", "fc0_out")
     assert post["fc0.weight"].shape == (1, 40, 8, 3)
     assert post["sigma2"].shape == (1, 40)
-    assert idata.log_likelihood["y"].shape == (1, 40, 80)
-    assert idata.posterior_predictive["y"].shape == (1, 40, 80)
-    np.testing.assert_allclose(idata.observed_data["y"].values, y.numpy())
-    np.testing.assert_allclose(idata.vi_trace["elbo"].values, res.elbo)
+    assert idata.log_likelihood["obs"].shape == (1, 40, 80)
+    assert idata.posterior_predictive["obs"].shape == (1, 40, 80)
+    assert idata.predictions["obs"].shape == (1, 40, 30)
+    np.testing.assert_allclose(idata.observed_data["obs"].values, y.numpy())
+    np.testing.assert_allclose(idata.predictions_constant_data["y"].values, y[:30].numpy())
+    np.testing.assert_allclose(post.attrs["elbo_trace"], res.elbo)
     assert post.attrs["inference"] == "variational" and post.attrs["steps"] == 200
 
 
 def test_arviz_functions_run_and_netcdf_round_trip(regression_fit, tmp_path):
     res, x, y = regression_fit
-    idata = to_inference_data(res, x, y, num_samples=60)
+    idata = to_inference_data(res, num_samples=60, train=(x, y))
     summary = az.summary(idata, var_names=["sigma2"], kind="stats")
     assert summary.loc["sigma2", "mean"] > 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loo = az.loo(idata, pointwise=True)
     # elpd_loo can not exceed the in-sample lppd
-    ll = idata.log_likelihood["y"].values[0]
+    ll = idata.log_likelihood["obs"].values[0]
     lppd = float(np.sum(np.log(np.mean(np.exp(ll), axis=0))))
     assert np.isfinite(loo.elpd_loo) and loo.elpd_loo <= lppd + 1e-6
     az.plot_ppc(idata, num_pp_samples=10)
@@ -60,7 +62,7 @@ def test_arviz_functions_run_and_netcdf_round_trip(regression_fit, tmp_path):
     save_netcdf(idata, path)
     back = az.from_netcdf(path)
     np.testing.assert_allclose(back.posterior["sigma2"].values, idata.posterior["sigma2"].values)
-    np.testing.assert_allclose(back.vi_trace["elbo"].values, res.elbo)
+    np.testing.assert_allclose(back.posterior.attrs["elbo_trace"], res.elbo)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert np.isclose(az.loo(back).elpd_loo, loo.elpd_loo)

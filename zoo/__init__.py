@@ -52,13 +52,17 @@ _API: dict[str, str] = {
     "save": "zoo.infer.checkpoint",
     "load": "zoo.infer.checkpoint",
     "to_inference_data": "zoo.eval.diagnostics",
+    "vi_summary": "zoo.eval.diagnostics",
     "load_dataset": "zoo.data",
     "from_arrays": "zoo.data",
+    "load_table": "zoo.data",
+    "TableOptions": "zoo.data",
     "ModelEntry": "zoo.experiments.registry",
     "register": "zoo.experiments.registry",
     "build": "zoo.experiments.registry",
     "get_entry": "zoo.experiments.registry",
     "available": "zoo.experiments.registry",
+    "load_plugin": "zoo.experiments.plugins",
     "fit_on_dataset": "zoo.experiments.runs",
 }
 

@@ -267,7 +267,8 @@ class BowtieCAVIGuide(BowtieGuideState):
 
     # ------------------------------------------------------------------ Pyro guide (Trace_ELBO / Predictive)
     def forward(self, x: Tensor, y: Tensor | None = None, subsample: Tensor | None = None) -> None:
-        """Samples every latent site of the model from ``q`` (:mod:`guides.bowtie.sites`).  The local sites
+        """Samples every latent site of the model from ``q`` (:mod:`guides.bowtie.sites`), the local ones in
+        the model's ``plate("data", N, subsample)``, so any Pyro ELBO accepts the guide.  The local sites
         are emitted only at the training inputs; at any other ``x`` (``Predictive``, the zoo's generic
         ``log_likelihood``) the guide gives the globals and the model draws the test-point locals from its own
         conditional ``p(a_*, gamma_*, omega_* | theta, x_*)``, i.e. the exact predictive under ``q(theta)``

@@ -13,7 +13,8 @@ model (e.g. the Gaussian likelihood's ``sigma2``) gets an :class:`~pyro.infer.au
   loss is ``−E_q log p(D|W) + Σ P`` (plus the ordinary ELBO terms of the other latents).  Works with
   :func:`zoo.infer.loop.fit` (default ``Trace_ELBO``), prediction, checkpoints and ArviZ export.
 * :class:`HierarchicalCollapsedGuide` (the CAVI view): the prior is put in its
-  hierarchical parameterization and the guide adds the hyper-latent factors ``q(mu_p, tau_p)``, held as
+  hierarchical parameterization and the guide adds the hyper-latent factors ``q(mu_p, tau_p)`` (sites
+  ``"<spec>_mu_p"``, ``"<spec>_tau_p"``, :func:`~zoo.families.collapsed.prior.hyper_site`), held as
   buffers at their analytic optimum ``q*`` given ``q(w)`` (Eqs. 19, 36, 50) and reset in
   :meth:`~HierarchicalCollapsedGuide.closed_form_update` after each gradient step.  Since the update
   runs right after every step, ``q(theta) = q*(q(w))`` at every gradient evaluation, and since ``q*``
@@ -42,7 +43,9 @@ from zoo.core.architectures import ParamSpec
 from zoo.core.guide import ClosedFormGuide
 from zoo.core.model import BayesianModel
 from zoo.families.collapsed.prior import (
+    HYPER_LATENTS,
     CollapsedPrior,
+    hyper_site,
     optimal_alpha_reg,
     optimal_delta,
     optimal_q_mu_cm,
@@ -93,7 +96,7 @@ class _CollapsedBase(ClosedFormGuide):
             self._init[s.name] = (loc, logvar)
             setattr(self, f"{_key(s)}_loc", PyroParam(loc.clone()))
             setattr(self, f"{_key(s)}_logvar", PyroParam(logvar.clone()))
-        hide = set(self._weight_sites) | {f"{n}.{h}" for n in self._weight_sites for h in ("mu_p", "tau")}
+        hide = set(self._weight_sites) | {hyper_site(n, h) for n in self._weight_sites for h in HYPER_LATENTS}
         self.rest = AutoNormal(
             poutine.block(model, hide=sorted(hide)), init_loc_fn=init_to_lecun, init_scale=1e-2
         )
@@ -225,12 +228,12 @@ class HierarchicalCollapsedGuide(_CollapsedBase):
             k, n = _key(s), len(s.shape)
             if kind == "cm":
                 loc, var = getattr(self, f"{k}_mu_loc"), getattr(self, f"{k}_mu_var")
-                pyro.sample(f"{s.name}.mu_p", dist.Normal(loc, var.sqrt()).to_event(n))
+                pyro.sample(hyper_site(s, "mu_p"), dist.Normal(loc, var.sqrt()).to_event(n))
                 continue
             tau = pyro.sample(
-                f"{s.name}.tau",
+                hyper_site(s, "tau_p"),
                 dist.Gamma(getattr(self, f"{k}_tau_conc"), getattr(self, f"{k}_tau_rate")).to_event(n),
             )
             if kind == "cmv":
                 loc, prec = getattr(self, f"{k}_mu_loc"), getattr(self, f"{k}_mu_prec")
-                pyro.sample(f"{s.name}.mu_p", dist.Normal(loc, (prec * tau).rsqrt()).to_event(n))
+                pyro.sample(hyper_site(s, "mu_p"), dist.Normal(loc, (prec * tau).rsqrt()).to_event(n))

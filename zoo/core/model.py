@@ -26,7 +26,7 @@ from torch import Tensor
 
 from zoo.core.architectures import Architecture, ParamSpec
 from zoo.core.likelihoods import Likelihood
-from zoo.core.prior import Prior
+from zoo.core.prior import Prior, check_site_names
 
 __all__ = ["BayesianModel"]
 
@@ -46,6 +46,7 @@ class BayesianModel(PyroModule):
         self.prior = prior
         self.likelihood = likelihood
         self._specs = architecture.param_specs()
+        check_site_names(prior, self._specs)  # a clash breaks autoguides deep inside Pyro: refuse it now
 
     @property
     def specs(self) -> list[ParamSpec]:

@@ -5,7 +5,11 @@ A prior is a :class:`~pyro.nn.PyroModule` that, given an architecture's
 ``{spec.name: tensor}`` dictionary of network parameters (each with the spec's shape, possibly with
 leading sample dims).  It may add any latent sites it needs
 beyond the weights (global/local scales, inclusion indicators, auxiliaries) — their names must be
-prefixed by the spec name or layer (``"fc0.tau2"``) so several priors can coexist.
+prefixed by the layer (``"fc0.tau2"``) so several priors can coexist.  No site may be named after another
+site plus a dot (``"fc0.weight.s2"`` next to ``"fc0.weight"``): Pyro's autoguides store a site's
+parameters under its dotted name, so one name cannot be both a tensor and a folder.
+:class:`~zoo.core.model.BayesianModel` checks this when it is built (:func:`check_site_names`);
+:mod:`zoo.testing` checks the whole contract.
 
 Hyperparameters live in registered buffers, so ``model.to(device)`` moves them.
 """
@@ -13,15 +17,18 @@ Hyperparameters live in registered buffers, so ``model.to(device)`` moves them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+import pyro
+import torch
+from pyro import poutine
 from pyro.nn import PyroModule
 from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
 from zoo.core.meta import PyroModuleABCMeta
 
-__all__ = ["Prior"]
+__all__ = ["Prior", "site_name_clashes", "check_site_names"]
 
 
 class Prior(PyroModule, metaclass=PyroModuleABCMeta):
@@ -38,3 +45,35 @@ class Prior(PyroModule, metaclass=PyroModuleABCMeta):
     def config(self) -> dict:
         """Constructor arguments (plain data), for checkpoints and the registry."""
         return {}
+
+
+def site_name_clashes(names: Iterable[str]) -> list[tuple[str, str]]:
+    """Pairs ``(a, b)`` of site names where ``b`` is ``a`` plus a dot and more (``"fc0.weight"``,
+    ``"fc0.weight.s2"``), sorted."""
+    known = set(names)
+    out = []
+    for b in sorted(known):
+        parts = b.split(".")
+        out += [(a, b) for i in range(1, len(parts)) if (a := ".".join(parts[:i])) in known]
+    return out
+
+
+def check_site_names(prior: Prior, specs: Sequence[ParamSpec]) -> None:
+    """Raise ``ValueError`` (naming ``prior`` and both sites) if a sample site of ``prior`` on ``specs`` is
+    named after another one plus a dot (module docstring).  Runs one trial trace without gradients inside a
+    private RNG fork and parameter-store scope, hidden from any enclosing handler: nothing global changes."""
+    devices = sorted({t.device.index or 0 for t in prior.buffers() if t.is_cuda})
+    with torch.random.fork_rng(devices=devices), pyro.get_param_store().scope(), torch.no_grad():
+        with poutine.block():
+            trace = poutine.trace(prior.sample_params).get_trace(specs)
+    names = [n for n, site in trace.nodes.items() if site["type"] == "sample"]
+    clashes = site_name_clashes(names)
+    if clashes:
+        a, b = clashes[0]
+        leaf = b.rsplit(".", 1)[1]
+        raise ValueError(
+            f"prior: {type(prior).__name__} names a sample site {b!r} after its site {a!r}; Pyro's "
+            f"autoguides keep a site's parameters under its dotted name, so {a!r} cannot also hold {b!r} "
+            f"(AutoNormal fails with \"has no attribute {leaf!r}\"): name it by layer instead, e.g. "
+            f"{a.split('.')[0] + '.' + leaf!r}"
+        )

@@ -9,7 +9,7 @@ Conventions (used by all loaders):
   stay on the :class:`Dataset` (``x_mean``/``x_std``; :meth:`Dataset.transform_x` maps new raw inputs).
 * Regression targets stay in their **original units**. Their training mean/std are stored in
   :attr:`Dataset.y_mean` / :attr:`Dataset.y_std` for fit code that wants to standardise targets and map
-  predictions back (Sheinkman & Wade 2025, arXiv:2411.11132 §4.1, do not rescale outputs; Ghosh, Yao &
+  predictions back (Sheinkman & Wade 2025, arXiv:2411.11132 §4, do not rescale outputs; Ghosh, Yao &
   Doshi-Velez 2019, arXiv:1705.10388 §6.1, standardise and report in original units — both are possible
   this way; :func:`zoo.experiments.runs.fit_on_dataset` standardises for fitting unless the registry entry
   says otherwise and reports every metric in original units).
@@ -328,7 +328,7 @@ def from_arrays(
             indices; stored as ``meta["true_support"]`` (a boolean mask, read by
             :attr:`Dataset.true_support`). With it, runs whose model reports a variable selection (the
             one-neuron ``lbbnn`` entries) add ``tpr``/``fpr`` (Skaaret-Lund, Storvik & Hubin 2023,
-            arXiv:2305.03395, §4.1) to their metrics.
+            arXiv:2305.03395, §5.1) to their metrics.
         meta: free-form provenance, copied.
         standardize_x: older name of ``standardize`` (wins when given).
 

@@ -1,12 +1,13 @@
 """K-fold cross-validation views of a zoo dataset: ``cv10:<name>`` with ``split`` = fold.
 
-Paper 003's tabular study (App. C; note ``003_lbbnn_flows.md`` §4.4) uses 10-fold cross-validation with
-``StratifiedKFold(10, shuffle=True, random_state=1)`` for classification and ``KFold`` (same shuffle and
-seed) for regression [C].  Here the folds are drawn over *all* rows of the base dataset, put back into
-their original file order (the base loader's ``train_index`` / ``test_index`` of split 0 cover every row),
-and x is standardised with the training folds' statistics (``from_arrays``); regression targets record their
-training-fold mean/sd as every zoo dataset does.  The paper also trims rows so that folds have equal size;
-we do not (folds differ by at most one row).
+The tabular study of Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395, App. C) uses 10-fold
+cross-validation; the authors' public code draws the folds with ``StratifiedKFold(10, shuffle=True,
+random_state=1)`` for classification and ``KFold`` (same shuffle and seed) for regression.  Here the
+folds are drawn over *all* rows of the base dataset, put back into their original file order (the base
+loader's ``train_index`` / ``test_index`` of split 0 cover every row), and x is standardised with the
+training folds' statistics (``from_arrays``); regression targets record their training-fold mean/sd as every
+zoo dataset does.  The authors' code also trims rows so that folds have equal size; we do not (folds differ
+by at most one row).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__ = ["CV_PREFIX", "N_FOLDS", "CV_SEED", "kfold_indices", "cross_validation
 
 CV_PREFIX = "cv10:"
 N_FOLDS = 10
-CV_SEED = 1  # random_state=1 of the reference code (note 003 §4.4 [C])
+CV_SEED = 1  # random_state=1 of the authors' public code (Skaaret-Lund et al. 2023, App. C)
 
 
 def kfold_indices(
@@ -66,7 +67,8 @@ def cross_validation_dataset(
         "protocol": (
             f"10-fold CV over all {len(y)} rows of {base.name}, fold {fold}: "
             f"{'KFold' if base.task == 'regression' else 'StratifiedKFold'}"
-            f"(10, shuffle=True, random_state={CV_SEED}) (note 003 §4.4)"
+            f"(10, shuffle=True, random_state={CV_SEED}) "
+            "(Skaaret-Lund et al. 2023, arXiv:2305.03395, App. C)"
         ),
     }
     name = f"{CV_PREFIX}{base.name}"

@@ -1,8 +1,9 @@
 """Small datasets bundled with scikit-learn (offline, no data root needed).
 
-* Diabetes (Efron et al. 2004): 442 x 10, regression; used by the bow-tie paper (note 000 §4.3) with
-  10 random 90/10 splits. We load ``sklearn.datasets.load_diabetes(scaled=False)``, i.e. raw unscaled
-  inputs (sex coded 1/2) and raw targets (25-346).
+* Diabetes (Efron et al. 2004): 442 x 10, regression; used by the bow-tie paper
+  (Sheinkman & Wade 2025, arXiv:2411.11132, §4.2, App. D.3) with 10 random 90/10 splits. We load
+  ``sklearn.datasets.load_diabetes(scaled=False)``, i.e. raw unscaled inputs (sex coded 1/2) and raw targets
+  (25-346).
 * Breast cancer (WDBC): 569 x 30, binary (0 = malignant, 1 = benign).
 * Digits (8x8 optical digits): 1797 x 64 pixel counts 0-16, 10 classes.
 

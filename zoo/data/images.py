@@ -7,12 +7,13 @@ The shared data root has only the official **test** images (``t10k``) of MNIST a
   8000 train / 2000 test split: ``perm = np.random.default_rng(SPLIT_SEED_10K).permutation(10000)``,
   ``train = perm[:8000]``, ``test = perm[8000:]`` with ``SPLIT_SEED_10K = 12345``. The same permutation is
   used for every dataset. Results on it are **not** comparable with the standard 60k/10k numbers of the LBBNN
-  (note 001/003 §4.3) or horseshoe (note 004 §7.4) papers.
+  (Hubin & Storvik 2019, arXiv:1903.07594, §5; Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §5.3)
+  or horseshoe (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388, §6.3.1) papers.
 * ``subset="60k"`` (the papers' protocol): the official ``train-*`` (60 000) and ``t10k-*`` (10 000) files,
   read from ``<root>/<name>/`` where the user has put them.
 
 Pixels are flattened to 784 ``float64`` values divided by ``scale`` (255 by default; the horseshoe paper uses
-126, note 004 §7.4) and are never standardised.
+126, Ghosh et al. 2019, §6.3.1) and are never standardised.
 """
 
 from __future__ import annotations

@@ -8,21 +8,25 @@ name                          task        protocol (``split`` = K)
 ``digits``                    multiclass  sklearn, random 90/10 split, seed K
 ``uci:<folder or alias>``     regression  HL&A 2015 split files (airfoil: random 90/10, seed K)
 ``mnist10k``, ``kmnist10k``   multiclass  fixed 8000/2000 re-split of t10k; only ``split=0``; pixels / 255
-``toy-bowtie``                regression  N = 300 drawn once (seed 0), random 90/10, seed K (note 000 §4.2)
-``toy-hs``                    regression  cubic toy, 100 train / 400 test drawn with seed K (note 004 §7.2)
+``toy-bowtie``                regression  N = 300 drawn once (seed 0), random 90/10, seed K (bow-tie §4.1)
+``toy-hs``                    regression  cubic toy, 100 train / 400 test drawn with seed K (horseshoe §6.2.1)
 ``toy-hs-221``                binary      2-2-1 network labels, N = 1000 (seed 0), random 90/10, seed K
-``toy-sinusoid``              regression  200 train / 1000 test drawn with seed K (note 004 §7.9)
+``toy-sinusoid``              regression  200 train / 1000 test drawn with seed K (horseshoe §6.6)
 ``logistic-sim``              binary      our correlated generator, N = 2000 (seed 0), random 90/10, seed K
 ``logistic-sim-weak``         binary      the same design with coefficients × 0.4 (weak signal), as above
-``cv10:<any name above>``     (base)      10-fold CV over all rows of the base set, fold K (note 003 §4.4)
+``cv10:<any name above>``     (base)      10-fold CV over all rows of the base set, fold K (LBBNN-flow App. C)
 ``csv:PATH``, ``npz:PATH``    (table)     own table file (:mod:`zoo.data.tables`), random split, seed
                                           ``table.split_seed + K``
 ============================  ==========  ================================================================
 
 Synthetic data sets drawn once (``toy-bowtie``, ``toy-hs-221``, ``logistic-sim[-weak]``) keep the same data
-for every split, as the papers do (10 random splits of the same data, note 000 §4.1; 100 fits to the same
-data, note 003 §4.1). ``standardize`` applies train-statistics standardisation to x for every set except
+for every split, as the papers do (10 random splits of the same data, bow-tie §4; 100 fits to the same data,
+LBBNN-flow §5.1). ``standardize`` applies train-statistics standardisation to x for every set except
 the images (pixels are only divided by 255).
+
+Sections cited above are those of the bow-tie paper (Sheinkman & Wade 2025, arXiv:2411.11132), the
+horseshoe paper (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388) and the LBBNN-flow paper (Skaaret-Lund,
+Storvik & Hubin 2023, arXiv:2305.03395).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def _toy_bowtie(split: int, standardize: bool) -> Dataset:
     meta = {
         "source": "zoo.data.synthetic.make_bowtie_toy",
         "noise_var": 0.5,
-        "protocol": f"N=300 drawn with seed {_TOY_DATA_SEED} (note 000 §4.2)",
+        "protocol": f"N=300 drawn with seed {_TOY_DATA_SEED} (Sheinkman & Wade 2025, arXiv:2411.11132, §4.1)",
     }
     return random_split_dataset(
         "toy-bowtie", "regression", x, y, split, standardize=standardize, n_classes=None, meta=meta
@@ -75,7 +79,9 @@ def _toy_hs(split: int, standardize: bool) -> Dataset:
     meta = {
         "source": "zoo.data.synthetic.make_cubic_toy",
         "noise_var": 9.0,
-        "protocol": f"cubic toy, 100 train / 400 test drawn i.i.d. with seed {split} (note 004 §7.2)",
+        "protocol": (
+            f"cubic toy, 100 train / 400 test drawn i.i.d. with seed {split} (Ghosh et al. 2019, §6.2.1)"
+        ),
     }
     return from_arrays(
         "toy-hs", "regression", xtr, ytr, xte, yte, standardize=standardize, split=split, meta=meta
@@ -87,7 +93,9 @@ def _toy_221(split: int, standardize: bool) -> Dataset:
     meta = {
         "source": "zoo.data.synthetic.make_221_toy",
         "weights": weights,
-        "protocol": f"2-2-1 network labels, N=1000 drawn with seed {_TOY_DATA_SEED} (note 004 §7.3)",
+        "protocol": (
+            f"2-2-1 network labels, N=1000 drawn with seed {_TOY_DATA_SEED} (Ghosh et al. 2019, §6.2.2)"
+        ),
     }
     return random_split_dataset(
         "toy-hs-221", "binary", x, y, split, standardize=standardize, n_classes=2, meta=meta
@@ -99,7 +107,9 @@ def _toy_sinusoid(split: int, standardize: bool) -> Dataset:
     meta = {
         "source": "zoo.data.synthetic.make_sinusoid_toy",
         "noise_var": 0.1,
-        "protocol": f"sinusoid, 200 train / 1000 test drawn i.i.d. with seed {split} (note 004 §7.9)",
+        "protocol": (
+            f"sinusoid, 200 train / 1000 test drawn i.i.d. with seed {split} (Ghosh et al. 2019, §6.6)"
+        ),
     }
     return from_arrays(
         "toy-sinusoid",
@@ -126,7 +136,8 @@ def _logistic_sim(split: int, standardize: bool, weak: bool = False) -> Dataset:
         "support": synthetic.LOGISTIC_SUPPORT,
         "protocol": (
             f"our correlated logistic generator (not the paper's sim3 file), N=2000 drawn with seed "
-            f"{_TOY_DATA_SEED} (note 003 §4.1); beta_true refers to the unstandardised columns"
+            f"{_TOY_DATA_SEED} (Skaaret-Lund et al. 2023, §5.1); beta_true refers to the unstandardised "
+            "columns"
         ),
     }
     return random_split_dataset(name, "binary", x, y, split, standardize=standardize, n_classes=2, meta=meta)

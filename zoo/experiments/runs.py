@@ -202,6 +202,10 @@ def fit_on_dataset(
     ``fit_options``: extra keyword arguments of the registry entry's ``fit_fn`` (e.g. the LBBNN's
     ``{"stage_lrs": "short"}``); an error for entries fitted by :func:`zoo.infer.loop.fit`."""
     cfg = resolve(RunConfig, config, kwargs)
+    if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
+        from zoo.experiments.nuts_runs import fit_nuts_on_dataset
+
+        return fit_nuts_on_dataset(model, dataset, cfg)
     entry = get_entry(model)
     if cfg.fit_options and entry.fit_fn is None:
         raise ValueError(f"fit_options: model {model!r} has no fit function that takes extra options")
@@ -326,13 +330,21 @@ def dumps_json(obj: Any) -> str:
 
 
 def write_run(run: RunOutput, out_dir: str | os.PathLike, num_samples: int = 200) -> dict[str, Path]:
-    """Write ``metrics.json``, ``posterior.nc`` (ArviZ) and ``checkpoint.pt`` atomically into ``out_dir``."""
+    """Write ``metrics.json``, ``posterior.nc`` (ArviZ) and ``checkpoint.pt`` atomically into ``out_dir``.
+
+    ``posterior.nc`` follows ArviZ's schema (:func:`zoo.eval.diagnostics.to_inference_data`): the training
+    set as ``observed_data`` / ``posterior_predictive`` / ``log_likelihood`` (``az.loo``, ``az.plot_ppc``),
+    the test set as ``predictions`` / ``predictions_constant_data``, all on the original target scale."""
     from zoo.eval.diagnostics import save_netcdf, to_inference_data  # arviz: imported when needed
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _, _, xte, yte = run.dataset.tensors(device=run.result.device)
-    idata = to_inference_data(run.result, xte, yte, num_samples=num_samples)
+    xtr, ytr, xte, yte = run.dataset.tensors(device=run.result.device)
+    export = getattr(run.result, "to_inference_data", None)  # a NUTS fit exports its chains itself
+    if callable(export):
+        idata = export(xte, yte, train=(xtr, ytr))
+    else:
+        idata = to_inference_data(run.result, xte, yte, num_samples=num_samples, train=(xtr, ytr))
     paths = {
         "metrics": out / "metrics.json",
         "posterior": out / "posterior.nc",

@@ -20,6 +20,7 @@ from pyro.infer.elbo import ELBO
 from zoo.core.validation import resolve_device
 from zoo.experiments.registry import build_from_spec
 from zoo.infer.codec import decode_constraint, decode_loss, set_rng_state
+from zoo.infer.loop import guide_class_path
 from zoo.infer.optim import make_optimizer, optimizer_name
 from zoo.infer.result import ConvergenceMonitor, FitResult
 from zoo.infer.snapshot import read_checkpoint, write_checkpoint
@@ -49,10 +50,23 @@ def _rebuild_optim(spec: dict | None, config: dict) -> pyro.optim.PyroOptim | No
 
 
 def _model_and_guide(ckpt: dict, model, guide) -> tuple[torch.nn.Module, Any]:
+    """Model and guide: the ones given, else rebuilt from the checkpoint's registry spec; a spec whose guide
+    is not the one that was fitted (``guide_class``, recorded by :func:`zoo.infer.loop.fit`) needs
+    ``guide=``."""
     if model is None or guide is None:
-        if ckpt["spec"] is None:
-            raise ValueError("model/guide: this checkpoint has no registry spec; pass model= and guide=")
-        m2, g2 = build_from_spec(ckpt["spec"])
+        spec = ckpt["spec"]
+        if spec is None:
+            raise ValueError(
+                "model/guide: this checkpoint has no registry spec (the model was not built by zoo.build); "
+                "pass model= and guide="
+            )
+        m2, g2 = build_from_spec(spec)
+        fitted = spec.get("guide_class")
+        if guide is None and fitted is not None and guide_class_path(g2) != fitted:
+            raise ValueError(
+                f"guide: this checkpoint was fitted with guide {fitted}, but its spec rebuilds "
+                f"{guide_class_path(g2)} (guide {spec.get('guide')!r} of {spec.get('model')!r}); pass guide="
+            )
         model = model if model is not None else m2
         guide = guide if guide is not None else g2
     return model, guide
@@ -98,10 +112,12 @@ def load(
 ) -> FitResult:
     """Load a checkpoint written by :func:`save`.
 
-    Model and guide are rebuilt from the checkpoint's registry ``spec`` unless given (custom models
-    must be passed), as are the optimizer and the ELBO (``optimizer=``/``loss=`` replace them).  RNG
-    states are restored last, so :func:`zoo.infer.loop.resume` continues the exact random stream of the
-    original run.  A file that is not a checkpoint of this format version is a ``ValueError`` naming it.
+    Model and guide are rebuilt from the checkpoint's registry ``spec`` unless given (a fit of a model
+    made by :func:`zoo.experiments.registry.build` records it without ``spec=``; custom models must be
+    passed, as must a guide other than the spec's), as are the optimizer and the ELBO
+    (``optimizer=``/``loss=`` replace them).  RNG states are restored last, so
+    :func:`zoo.infer.loop.resume` continues the exact random stream of the original run.  A file that is
+    not a checkpoint of this format version is a ``ValueError`` naming it.
     """
     ckpt = read_checkpoint(path)
     dev = resolve_device(device if device is not None else ckpt["device"])

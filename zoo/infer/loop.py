@@ -19,10 +19,18 @@ unit (nats, not per datum); a guide that knows its ELBO exactly (CAVI) reports t
 
 Every fit runs inside its own Pyro param-store scope (``FitResult.param_state``), so fits in one process
 never share parameters by name; :meth:`FitResult.activate` re-enters it.
+
+**Before the first step** :func:`fit` and :func:`resume` check the data against the model
+(:func:`check_model_data`: the architecture's input feature count, the likelihood's target support through
+:meth:`zoo.core.likelihoods.Likelihood.validate_targets`, whether or not Pyro's validation is on), apply
+``ZOO_NUM_THREADS`` (:mod:`zoo.infer.threads`), and record the registry spec that rebuilds model and guide:
+``spec=`` if given, else the one :func:`zoo.experiments.registry.build` left on the model, so a fit made
+through the Python API reloads with ``zoo.checkpoint.load(path)`` alone.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,10 +45,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from zoo.core.guide import ClosedFormGuide
+from zoo.core.likelihoods import Likelihood
 from zoo.core.validation import check_positive_int, check_tensor, resolve_device
 from zoo.infer.config import FitConfig, resolve_fit_config
 from zoo.infer.optim import make_optimizer, optimizer_name
 from zoo.infer.result import ConvergenceMonitor, FitResult
+from zoo.infer.threads import apply_num_threads
 
 __all__ = [
     "FitResult",
@@ -50,6 +60,9 @@ __all__ = [
     "resume",
     "make_optimizer",
     "check_data",
+    "check_model_data",
+    "fit_spec",
+    "guide_class_path",
 ]
 
 Callback = Callable[[int, float, FitResult], None]
@@ -69,6 +82,45 @@ def check_data(x: object, y: object, task: str | None = None) -> None:
         raise TypeError("y must be a floating-point tensor for a regression model")
     if x.device != y.device:
         raise ValueError(f"y is on {y.device} but x is on {x.device}")
+
+
+def check_model_data(model: torch.nn.Module, x: object, y: object) -> None:
+    """:func:`check_data`, then what the model itself requires: ``x`` with as many columns as its
+    architecture's ``in_features`` and ``y`` in its likelihood's support
+    (:meth:`~zoo.core.likelihoods.Likelihood.validate_targets`, plain torch checks that run with Pyro's
+    validation off too).  Models that are not zoo models get :func:`check_data` only."""
+    check_data(x, y, getattr(model, "task", None))
+    expected = getattr(getattr(model, "architecture", None), "in_features", None)
+    if isinstance(expected, int) and x.shape[1] != expected:
+        raise ValueError(
+            f"x has {x.shape[1]} features (columns) but the model expects {expected} (its in_features); "
+            "build the model for this data or select the matching columns"
+        )
+    likelihood = getattr(model, "likelihood", None)
+    if y is not None and isinstance(likelihood, Likelihood):
+        likelihood.validate_targets(y)
+
+
+def guide_class_path(guide: object) -> str:
+    """``module.QualName`` of a guide's class (recorded in the spec, checked when a checkpoint is loaded)."""
+    cls = type(guide)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def fit_spec(model: torch.nn.Module, guide: object, spec: Mapping | None) -> dict | None:
+    """The registry spec a fit records: ``spec`` if given, else the one
+    :func:`zoo.experiments.registry.build` left on the model (``model._zoo_spec``), else ``None`` (a custom
+    model: :func:`zoo.infer.checkpoint.load` then needs ``model=``/``guide=``).  A copy, with the guide's
+    class path (``guide_class``), so loading can tell when the spec would rebuild another guide."""
+    if spec is None:
+        spec = getattr(model, "_zoo_spec", None)
+        if spec is None:
+            return None
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"spec must be a registry spec (a dict from zoo.build), not {type(spec).__name__}")
+    out = copy.deepcopy(dict(spec))
+    out["guide_class"] = guide_class_path(guide)
+    return out
 
 
 def _next_batch(state: dict, n: int, batch_size: int | None, device: torch.device) -> Tensor | None:
@@ -132,12 +184,18 @@ def fit(
 
     Objects stay arguments: ``loss`` (a Pyro ELBO; default ``Trace_ELBO(num_particles)``), ``callbacks``
     (``cb(step, elbo, result)``; raising ``StopIteration`` stops the fit) and the registry ``spec``
-    recorded for checkpoints.
+    recorded for checkpoints (default: the spec :func:`zoo.experiments.registry.build` put on the model).
+
+    Everything is checked before the first step (:func:`check_model_data`: a wrong feature count or
+    targets outside the likelihood's support are a ``ValueError`` naming ``x``/``y``), and
+    ``ZOO_NUM_THREADS`` is applied when set (:mod:`zoo.infer.threads`).
     """
     optim = _split_optimizer(optimizer, settings)
     cfg = resolve_fit_config(config, settings)
     _check_objects(guide, loss)
-    check_data(x, y, getattr(model, "task", None))
+    check_model_data(model, x, y)
+    spec = fit_spec(model, guide, spec)
+    apply_num_threads()
     dev = resolve_device(cfg.device)
     model.to(dev)
     if isinstance(guide, torch.nn.Module):
@@ -190,7 +248,8 @@ def resume(
     On CPU, fitting k steps, saving, loading and resuming for k more equals fitting 2k steps at once.
     """
     steps = check_positive_int("steps", steps, allow_zero=True)
-    check_data(x, y, getattr(result.model, "task", None))
+    check_model_data(result.model, x, y)
+    apply_num_threads()
     x = x.to(result.device)
     y = None if y is None else y.to(result.device)
     result.converged = False

@@ -24,7 +24,10 @@ class MFVIOptions(Config):
     ``weight_scale``/``bias_scale``: prior standard deviations ``s_w``, ``s_b`` of
     :class:`~zoo.core.gaussian.GaussianPrior`; ``fan_in_scaling``: use ``s_w / sqrt(fan_in)`` per layer;
     ``noise_concentration``/``noise_rate``: the inverse-gamma prior on a regression likelihood's noise
-    variance (ignored for classification).
+    variance (ignored for classification); ``hierarchical_scale``: the HMC baseline prior of Sheinkman &
+    Wade 2025 (arXiv:2411.11132), App. D.2, ``W ~ N(0, s_w^2 gamma / sqrt(fan_in))``, ``b ~ N(0, s_b^2
+    gamma)`` with one shared ``gamma ~ IG(2, 1)``
+    (:class:`~zoo.families.baselines.hierarchical.HierarchicalGaussianPrior`; it has its own fan-in factor).
     """
 
     weight_scale: float = 1.0
@@ -32,11 +35,18 @@ class MFVIOptions(Config):
     fan_in_scaling: bool = False
     noise_concentration: float = 2.0
     noise_rate: float = 0.5
+    hierarchical_scale: bool = False
 
     def validate(self) -> None:
         check_bool("fan_in_scaling", self.fan_in_scaling)
+        check_bool("hierarchical_scale", self.hierarchical_scale)
         for name in ("weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
+        if self.hierarchical_scale and self.fan_in_scaling:
+            raise ValueError(
+                "fan_in_scaling: the hierarchical_scale prior (arXiv:2411.11132 App. D.2) divides the weight "
+                "variance by sqrt(fan_in) itself; leave fan_in_scaling False"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ from zoo.families.bowtie.prior import BowtieNoisePrior, GaussianBowtiePrior, NGI
 
 REFERENCES = (
     "Sheinkman & Wade 2025, Variational Bayesian Bow tie Neural Networks with Shrinkage (arXiv 2411.11132)",
-    "note shared/papers/000_bowtie.md",
+    "§3.1 and Algorithm 1 (CAVI), §3.3 (SVI), App. B (ELBO), App. D.1 (hyper-parameters)",
 )
 
 
@@ -113,7 +113,7 @@ register_protocol(
         runs=_diabetes_runs,
         metrics=("rmse", "nll", "coverage95"),
         paper={("VBNN", "diabetes"): {"rmse": 54.5, "nll": 5.4, "coverage": 0.96}},
-        paper_source="note 000 Table 3 (paper Table 3, VBNN row)",
+        paper_source="Sheinkman & Wade 2025, Table 3 (VBNN row)",
     )
 )
 
@@ -171,6 +171,6 @@ register_protocol(
             for v, rows in _TABLE4.items()
             for d, (r, n, c) in rows.items()
         },
-        paper_source="note 000 Table 4 (10 random 90/10 splits, not the standard splits)",
+        paper_source="Sheinkman & Wade 2025, Table 4 (10 random 90/10 splits, not the standard splits)",
     )
 )

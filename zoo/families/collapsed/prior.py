@@ -18,9 +18,11 @@ The prior has two *parameterizations of the same distribution over the weights*:
   Student-t with ``2 alpha`` degrees of freedom and scale ``sqrt(beta / (alpha delta))``).  Used with the
   collapsed-bound guide (:class:`guides.collapsed.bound.CollapsedBoundGuide`), whose objective never sees
   the hyper-latents;
-* hierarchical (``hierarchical=True``): the hyper-latents are explicit sites ``"<spec>.mu_p"`` and
-  ``"<spec>.tau"`` before the weight site (used with
-  :class:`guides.collapsed.bound.HierarchicalCollapsedGuide`).
+* hierarchical (``hierarchical=True``): the hyper-latents are explicit sites named after the paper's
+  ``mu_p`` and ``tau_p`` and prefixed by their parameter, ``"<spec>_mu_p"`` and ``"<spec>_tau_p"`` (e.g.
+  ``"fc0.weight_mu_p"``: layer-namespaced, and never ``"fc0.weight.mu_p"``, which Pyro's autoguides cannot
+  hold next to ``"fc0.weight"``), before the weight site (used with
+  :class:`guides.collapsed.bound.HierarchicalCollapsedGuide`; :func:`hyper_site`).
 
 The module also holds the closed-form math shared by both guides: the per-weight penalties that replace
 the KL (Eq. 29; for CMV the exact constant ``½ log delta + ½`` of the integrated Eq. 65 instead of Eq. 74's
@@ -45,7 +47,9 @@ from zoo.core.validation import check_positive, check_probability
 
 __all__ = [
     "KINDS",
+    "HYPER_LATENTS",
     "CollapsedPrior",
+    "hyper_site",
     "penalty_cm",
     "penalty_cmv",
     "penalty_cv",
@@ -57,6 +61,21 @@ __all__ = [
 ]
 
 KINDS = ("cm", "cv", "cmv")
+
+#: the hyper-latents of the hierarchical form, in the paper's notation (prior mean ``mu_p``, precision
+#: ``tau_p``; Tomczak et al. 2021, App. B)
+HYPER_LATENTS = ("mu_p", "tau_p")
+
+
+def hyper_site(spec: ParamSpec | str, latent: str) -> str:
+    """Site name of hyper-latent ``latent`` (``"mu_p"`` or ``"tau_p"``) of the parameter ``spec``:
+    ``"<spec>_<latent>"``, e.g. ``hyper_site("fc0.weight", "tau_p") == "fc0.weight_tau_p"``."""
+    if latent not in HYPER_LATENTS:
+        raise ValueError(f"latent must be one of {HYPER_LATENTS}, got {latent!r}")
+    name = spec.name if isinstance(spec, ParamSpec) else spec
+    if not isinstance(name, str):
+        raise TypeError(f"spec must be a ParamSpec or a site name, got {type(spec).__name__}")
+    return f"{name}_{latent}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -207,8 +226,9 @@ class CollapsedPrior(Prior):
         bound (gamma, alpha, beta stay fixed - gamma and alpha_reg are not jointly identifiable: with
         ``alpha + gamma`` fixed the bound is maximal at ``alpha_reg = 1``).  Off by default; read by the
         guides, requires ``num_layers``; not for CV.
-    :param hierarchical: emit the hyper-latent sites (True) or only the weights under their exact marginal
-        prior (False).  The guides set it.
+    :param hierarchical: emit the hyper-latent sites ``"<spec>_mu_p"`` / ``"<spec>_tau_p"``
+        (:func:`hyper_site`) before each parameter (True), or only the parameters under their exact marginal
+        prior (False).  Both forms build; the collapsed-bound guides set the form they need.
     """
 
     def __init__(
@@ -324,19 +344,19 @@ class CollapsedPrior(Prior):
                 raise ValueError("alpha_reg: the hierarchical CM prior needs alpha_reg < 1 (alpha > 0)")
             alpha_var = gamma * (1.0 - a_reg) / a_reg  # inverse of alpha_reg = gamma / (alpha + gamma)
             mu_p = pyro.sample(
-                f"{spec.name}.mu_p",
+                hyper_site(spec, "mu_p"),
                 dist.Normal(torch.zeros_like(alpha_var), alpha_var.sqrt()).expand(spec.shape).to_event(n),
             )
             return pyro.sample(spec.name, dist.Normal(mu_p, gamma.sqrt()).to_event(n))
         tau = pyro.sample(
-            f"{spec.name}.tau", dist.Gamma(self.alpha, self.beta).expand(spec.shape).to_event(n)
+            hyper_site(spec, "tau_p"), dist.Gamma(self.alpha, self.beta).expand(spec.shape).to_event(n)
         )
         if self.kind == "cv":
             return pyro.sample(spec.name, dist.Normal(torch.zeros_like(tau), tau.rsqrt()).to_event(n))
         delta = self.delta_for(spec)
         t = delta / (1.0 - delta)
         mu_p = pyro.sample(
-            f"{spec.name}.mu_p", dist.Normal(torch.zeros_like(tau), (t * tau).rsqrt()).to_event(n)
+            hyper_site(spec, "mu_p"), dist.Normal(torch.zeros_like(tau), (t * tau).rsqrt()).to_event(n)
         )
         return pyro.sample(spec.name, dist.Normal(mu_p, tau.rsqrt()).to_event(n))
 

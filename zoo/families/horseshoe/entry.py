@@ -201,6 +201,9 @@ register_protocol(
 
 
 def _uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
+    from zoo.experiments.nuts_runs import nuts_run_specs  # NUTS on the non-centered hs-bnn itself
+
+    nuts = nuts_run_specs("hs-bnn", splits)
     splits = list(range(10)) if splits is None else list(splits)
     runs = []
     for d in UCI8:
@@ -216,7 +219,7 @@ def _uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
                             {"hidden": [50], "guide": guide},
                         )
                     )
-    return runs
+    return runs + nuts
 
 
 register_protocol(
@@ -227,7 +230,9 @@ register_protocol(
             "naval; "
             "one hidden layer of 50 ReLU units; standard splits 0-9; HS and reg-HS, factorized and "
             "structured guides; Adam lr 0.005, batch 128, 5000 steps; metrics on the original scale from "
-            "100 draws; `density` from the pruning rule P(tau v < 1e-3) > 0.9."
+            "100 draws; `density` from the pruning rule P(tau v < 1e-3) > 0.9.  Variant nuts (yacht, boston, "
+            "splits 0-4; `--variants nuts`): NUTS on the same non-centered hs-bnn, 4 chains x 500 warm-up + "
+            "500 draws, tree depth <= 8, metrics from every draw."
         ),
         runs=_uci_runs,
         metrics=("rmse", "rmse_draws", "nll", "coverage95", "units_kept", "units_active", "density"),

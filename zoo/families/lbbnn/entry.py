@@ -155,7 +155,9 @@ register(
 
 
 def selection_metrics(run) -> dict:
-    """MPM TPR/FPR of a one-neuron LBBNN fit on ``logistic-sim`` (paper 003 §4.1 via zoo.eval.metrics).
+    """MPM TPR/FPR of a one-neuron LBBNN fit on ``logistic-sim`` (via zoo.eval.metrics).
+
+    The study of Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395, §5.1, Table 1).
 
     ``run`` is a :class:`zoo.experiments.runs.RunOutput`; the truth is ``dataset.true_support`` (set by
     ``zoo.data.from_arrays(..., true_support=...)``, or ``meta["beta_true"] != 0`` of ``logistic-sim``).
@@ -175,12 +177,12 @@ def selection_metrics(run) -> dict:
 
 
 def image_metrics(run, num_samples: int = 10) -> dict:
-    """Paper 001 Table 3's prediction variants of an LBBNN fit on its test set: full model averaging with
-    R = 1 and R = ``num_samples`` networks (``acc_bma_r1``, ``acc_bma_r10``), the median probability model
-    (``acc_mpm``: γ = I(α > 0.5), slab drawn, R networks) and the posterior-mean network (``acc_mean``);
-    accuracy on the points whose averaged top probability is ≥ 0.95 and their fraction
-    (``acc_confident``, ``frac_confident``); MPM density and mean inclusion probability per weight layer
-    (``density_fc0``, ``inclusion_fc0``, ...)."""
+    """The prediction variants of Hubin & Storvik (2019, arXiv:1903.07594, Table 3) for an LBBNN fit, on its
+    test set: full model averaging with R = 1 and R = ``num_samples`` networks (``acc_bma_r1``,
+    ``acc_bma_r10``), the median probability model (``acc_mpm``: γ = I(α > 0.5), slab drawn, R networks) and
+    the posterior-mean network (``acc_mean``); accuracy on the points whose averaged top probability is
+    ≥ 0.95 and their fraction (``acc_confident``, ``frac_confident``); MPM density and mean inclusion
+    probability per weight layer (``density_fc0``, ``inclusion_fc0``, ...)."""
     from zoo.eval.metrics import accuracy, confident_accuracy
     from zoo.infer.predict import predict
 
@@ -273,7 +275,8 @@ def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
         # the dense Gaussian BNN under the same budget (paper 001's "BNN" row): N(0, 1) weights, mean field
         ("bnn", "mfvi-bnn", {**MNIST10K_RUN, "num_samples": 10, "max_seconds": MNIST10K_SECONDS}),
     )
-    # trained on mnist10k; kmnist10k is the out-of-domain set (entropy_ood), as in paper 001 §4.2
+    # trained on mnist10k; kmnist10k is the out-of-domain set (entropy_ood), in the spirit of the
+    # out-of-domain experiments of Hubin & Storvik 2019, §5 (which pair MNIST with FMNIST)
     return [RunSpec(v, model, "mnist10k", k, dict(kw)) for v, model, kw in variants for k in splits]
 
 
@@ -281,18 +284,16 @@ register_protocol(
     Protocol(
         name="lbbnn-mnist10k",
         description=(
-            "paper 001's image protocol on mnist10k (8000/2000 re-split of t10k; kmnist10k as the "
-            "out-of-domain set), "
-            "784-400-600-10 ReLU, batch 100, at most 250 epochs and at most one CPU hour of "
-            "training per fit (rows record steps/epochs done): LBBNN with the mean-field (closed-form KL, "
-            "straight-through Concrete at δ = 0.5), full-MVN and rank-2 + diagonal MVN inclusion guides, "
-            "eb-point hyperparameters; Algorithm 1 stages with per-group Adam step sizes "
-            "(guides.lbbnn.meanfield.DEFAULT_LRS): pre-training 1600 steps "
-            "(ends early once ψ of layer 1 < 0.1, "
-            "the reference code's rule) at ω / ξ 0.1, Σ 0.05, κ/ρ 1e-2, then main training at ω / ξ / Σ "
-            "1e-2, κ/ρ 1e-2 with ψ, σ² frozen; and the dense mean-field Gaussian BNN (Adam 1e-3). "
-            "accuracy = BMA over R = 10; acc_bma_r1, acc_mpm (α > 0.5), acc_mean; density = MPM; "
-            "entropy_ood on the partner set; LBBNN rows also after 50 post-training epochs with the "
+            "the image protocol of Hubin & Storvik 2019 (arXiv:1903.07594, §5) on mnist10k (8000/2000 "
+            "re-split of t10k; kmnist10k as the out-of-domain set), 784-400-600-10 ReLU, batch 100, at most "
+            "250 epochs and at most one CPU hour of training per fit (rows record steps/epochs done): LBBNN "
+            "with the mean-field (closed-form KL, straight-through Concrete at δ = 0.5), full-MVN and rank-2 "
+            "+ diagonal MVN inclusion guides, eb-point hyperparameters; Algorithm 1 stages with per-group "
+            "Adam step sizes (guides.lbbnn.meanfield.DEFAULT_LRS): pre-training 1600 steps (ends early once "
+            "ψ of layer 1 < 0.1, the reference code's rule) at ω / ξ 0.1, Σ 0.05, κ/ρ 1e-2, then main "
+            "training at ω / ξ / Σ 1e-2, κ/ρ 1e-2 with ψ, σ² frozen; and the dense mean-field Gaussian BNN "
+            "(Adam 1e-3). accuracy = BMA over R = 10; acc_bma_r1, acc_mpm (α > 0.5), acc_mean; density = "
+            "MPM; entropy_ood on the partner set; LBBNN rows also after 50 post-training epochs with the "
             "structure fixed (post_*, lr 1e-4)."
         ),
         runs=_mnist_runs,
@@ -312,9 +313,9 @@ register_protocol(
             ("bnn", "mnist10k"): {"accuracy": 0.984},
         },
         paper_source=(
-            "note 001 Table 3 (LBBNN-GP-MF, SIM-SIM R=10 accuracy, MED density; dense BNN) on the FULL "
-            "MNIST 60k/10k after 250 epochs; mnist10k is an 8000/2000 re-split of t10k, so only the order "
-            "of magnitude is comparable"
+            "Hubin & Storvik 2019 (arXiv:1903.07594), Table 3 (LBBNN-GP-MF, SIM-SIM R=10 accuracy, MED "
+            "density; dense BNN) on the FULL MNIST 60k/10k after 250 epochs; mnist10k is an 8000/2000 "
+            "re-split of t10k, so only the order of magnitude is comparable"
         ),
     )
 )
@@ -337,14 +338,17 @@ register_protocol(
     Protocol(
         name="lbbnn-selection",
         description=(
-            "one-neuron LBBNN (logistic regression with spike-and-slab coefficients, ψ = 0.25, σ² = 1, "
-            "note 003 §1.2) × 100 fits on logistic-sim (split = seed); selection = MPM (α > 0.5); TPR/FPR "
-            "via zoo.eval.metrics.selection_rates "
+            "one-neuron LBBNN (logistic regression with spike-and-slab coefficients, ψ = 0.25, σ² = 1, as in "
+            "Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §2 and §5.1) × 100 fits on logistic-sim "
+            "(split = seed); selection = MPM (α > 0.5); TPR/FPR via zoo.eval.metrics.selection_rates "
             "(zoo.families.lbbnn.entry.selection_metrics, the entry's extra metrics)."
         ),
         runs=_selection_runs,
         metrics=("accuracy", "density", "tpr", "fpr"),
         paper={("lbbnn-mf", "logistic-sim"): {"tpr": 0.838, "fpr": 0.084}},
-        paper_source="note 003 §4.1: LBBNN-LCRT (mean-field) TPR 0.838, FPR 0.084 on the paper's simulation",
+        paper_source=(
+            "Skaaret-Lund et al. 2023 (arXiv:2305.03395), §5.1, Table 1: LBBNN-LCRT (mean-field) TPR 0.838, "
+            "FPR 0.084 on the paper's simulation"
+        ),
     )
 )

@@ -85,12 +85,13 @@ register_protocol(
     Protocol(
         name="lbbnn-flow-selection",
         description=(
-            "one-neuron LBBNN (20 -> 1 logistic, spike-and-slab ψ = 0.25, σ² = 1, note 003 §4.1) with the "
-            "mean-field, LCRT and FLOW guides (K = 2 IAF steps for q(z) and r, MADE 2 x 100), batch 400, "
-            "2500 Adam steps at lr 1e-2, × 100 fits on logistic-sim (split = seed); selection = MPM "
-            "(α > 0.5), TPR/FPR via the lbbnn entry's extra metrics.  LCRT and FLOW train with the "
-            "paper's pre-activation sampler (guides.lbbnn.lcrt.LCRT_ELBO, their default_loss), mean-field "
-            "with Trace_ELBO and its closed-form KL."
+            "one-neuron LBBNN (20 -> 1 logistic, spike-and-slab ψ = 0.25, σ² = 1, as in Skaaret-Lund, "
+            "Storvik & Hubin 2023, arXiv:2305.03395, §5.1) with the mean-field, LCRT and FLOW guides (K = 2 "
+            "IAF steps for q(z) and r, MADE 2 x 100), batch 400, 2500 Adam steps at lr 1e-2, × 100 fits on "
+            "logistic-sim (split = seed); selection = MPM (α > 0.5), TPR/FPR via the lbbnn entry's extra "
+            "metrics.  LCRT and FLOW train with the paper's pre-activation sampler "
+            "(guides.lbbnn.lcrt.LCRT_ELBO, their default_loss), mean-field with Trace_ELBO and its "
+            "closed-form KL."
         ),
         runs=_selection_runs,
         metrics=("accuracy", "density", "tpr", "fpr"),
@@ -98,7 +99,10 @@ register_protocol(
             ("lbbnn-lcrt", "logistic-sim"): {"tpr": 0.838, "fpr": 0.084},
             ("lbbnn-flow", "logistic-sim"): {"tpr": 0.972, "fpr": 0.074},
         },
-        paper_source="note 003 §4.1 Table 1 (mean TPR/FPR over 100 fits on the paper's sim3 data)",
+        paper_source=(
+            "Skaaret-Lund et al. 2023 (arXiv:2305.03395), §5.1, Table 1 (mean TPR/FPR over 100 fits on the "
+            "paper's sim3 data)"
+        ),
     )
 )
 
@@ -106,11 +110,11 @@ register_protocol(
     Protocol(
         name="lbbnn-flow-selection-weak",
         description=(
-            "lbbnn-flow-selection on logistic-sim-weak: the same correlated design with every coefficient "
-            "× 0.4 (zoo.data.synthetic.LOGISTIC_WEAK_SIGNAL, fixed from the logistic MLE's Wald statistics "
-            "before any fit), so that the weakest true effects sit at the MPM boundary and the claim "
-            "FLOW > LCRT under correlated covariates (note 003 §4.1) is not hidden by a TPR ceiling; same "
-            "guides, schedule and 100 fits."
+            "lbbnn-flow-selection on logistic-sim-weak: the same correlated design with every coefficient × "
+            "0.4 (zoo.data.synthetic.LOGISTIC_WEAK_SIGNAL, fixed from the logistic MLE's Wald statistics "
+            "before any fit), so that the weakest true effects sit at the MPM boundary and the claim FLOW > "
+            "LCRT under correlated covariates (Skaaret-Lund et al. 2023, §5.1, Fig. 5) is not hidden by a "
+            "TPR ceiling; same guides, schedule and 100 fits."
         ),
         runs=lambda splits: _selection_runs(splits, dataset="logistic-sim-weak"),
         metrics=("accuracy", "density", "tpr", "fpr"),
@@ -154,14 +158,13 @@ register_protocol(
     Protocol(
         name="lbbnn-flow-mnist10k",
         description=(
-            "paper 003 §5.3 fully connected: 784-400-600-10 ReLU on mnist10k and kmnist10k; LBBNN with "
-            "fixed prior ψ = 0.1, σ² = 1 (note 003 §4.3) under the mean-field, LCRT and FLOW guides, and "
-            "BNN-FLOW (MNF, N(0, 1) weights); batch 100, Adam lr 1e-3 (the LBBNN guides: Algorithm 1 "
-            "stages, inclusion logits at 0.1 for the first 1600 steps, then 1e-2: IMAGE_STAGE_LRS), "
-            "at most 250 epochs and at most one "
-            "CPU hour of training per fit (rows record steps/epochs done); full BMA over 100 draws; "
-            "density = MPM (α > 0.5). FLOW: K = 2 IAF steps (q and r), MADE 2 x 50 (the guide's "
-            "default; the paper uses 2 x 250)."
+            "Skaaret-Lund, Storvik & Hubin 2023 (arXiv:2305.03395), §5.3, fully connected: 784-400-600-10 "
+            "ReLU on mnist10k and kmnist10k; LBBNN with fixed prior ψ = 0.1, σ² = 1 (§5.3) under the "
+            "mean-field, LCRT and FLOW guides, and BNN-FLOW (MNF, N(0, 1) weights); batch 100, Adam lr 1e-3 "
+            "(the LBBNN guides: Algorithm 1 stages, inclusion logits at 0.1 for the first 1600 steps, then "
+            "1e-2: IMAGE_STAGE_LRS), at most 250 epochs and at most one CPU hour of training per fit (rows "
+            "record steps/epochs done); full BMA over 100 draws; density = MPM (α > 0.5). FLOW: K = 2 IAF "
+            "steps (q and r), MADE 2 x 50 (the guide's default; the paper uses 2 x 250)."
         ),
         runs=_mnist_runs,
         metrics=("accuracy", "acc_mpm", *IMAGE_METRICS),
@@ -176,9 +179,9 @@ register_protocol(
             ("bnn-flow", "kmnist10k"): {"accuracy": 0.9228},
         },
         paper_source=(
-            "note 003 Table 2 (FC; median over 10 runs of full-BMA and MPM accuracy, mean MPM density) on "
-            "the FULL MNIST/KMNIST 60k/10k; the *10k sets are 8000/2000 re-splits of t10k, so only the "
-            "order of magnitude is comparable"
+            "Skaaret-Lund et al. 2023 (arXiv:2305.03395), Table 2 (FC; median over 10 runs of full-BMA and "
+            "MPM accuracy, mean MPM density) on the FULL MNIST/KMNIST 60k/10k; the *10k sets are 8000/2000 "
+            "re-splits of t10k, so only the order of magnitude is comparable"
         ),
     )
 )

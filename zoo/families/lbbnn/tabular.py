@@ -150,12 +150,13 @@ register_protocol(
     Protocol(
         name="lbbnn-flow-tabular",
         description=(
-            "paper 003 App. C tabular study: breast cancer (binary), UCI red wine and boston (regression, "
-            "standardized targets, Gaussian variance fixed at 1); 10-fold CV (StratifiedKFold / KFold, "
-            "shuffle, random_state 1); one hidden layer of 500 ReLU units; LBBNN with fixed ψ = 0.1, "
-            "σ² = 1; mean-field, LCRT and FLOW (K = 2, MADE 2 x 250) guides; batch 100, 3000 Adam steps "
-            "at lr 5e-3 (not the paper's 250 full-batch steps, note §4.4); metrics from 1000 networks "
-            "under full model averaging (bma_*) and the median probability model (mpm_*); density = MPM."
+            "the tabular study of Skaaret-Lund, Storvik & Hubin 2023 (arXiv:2305.03395, App. C): breast "
+            "cancer (binary), UCI red wine and boston (regression, standardized targets, Gaussian variance "
+            "fixed at 1); 10-fold CV (StratifiedKFold / KFold, shuffle, random_state 1); one hidden layer of "
+            "500 ReLU units; LBBNN with fixed ψ = 0.1, σ² = 1; mean-field, LCRT and FLOW (K = 2, MADE 2 x "
+            "250) guides; batch 100, 3000 Adam steps at lr 5e-3 (not the 250 full-batch steps of the "
+            "authors' public code); metrics from 1000 networks under full model averaging (bma_*) and the "
+            "median probability model (mpm_*); density = MPM."
         ),
         runs=_tabular_runs,
         metrics=(
@@ -175,8 +176,8 @@ register_protocol(
             "mpm_p_waic2",
         ),
         paper_source=(
-            "note 003 §4.4 Tables 4-11 use other datasets except Boston and wine quality (red+white, "
-            "6490 rows); compare orders of magnitude only"
+            "Skaaret-Lund et al. 2023 (arXiv:2305.03395), App. C, Tables 4-11 use other datasets except "
+            "Boston and wine quality (red+white, 6490 rows); compare orders of magnitude only"
         ),
     )
 )

@@ -1,0 +1,207 @@
+"""``zoo bench SPEC --suite NAME --out DIR``: the command-line side of :mod:`zoo.experiments.bench`.
+
+``SPEC`` is a registry name, ``name:guide`` or a plugin's entry (``--plugin``), with ``--option k=v`` /
+``--guide-option k=v``.  ``--suite`` picks a :mod:`~zoo.experiments.suites` suite; ``--dataset csv:PATH
+--target COL ...`` benches on an own table instead (splits = split seeds 0-4 unless ``--splits``), against
+the zoo models of ``--against`` fitted in the same run.  ``--steps N`` / ``--splits A-B`` make a smoke run
+whose leaderboard says it is off the suite's budget; ``--seeds K`` fits K seeds per split; ``--jobs J``
+worker processes.  ``DIR`` gets ``bench.json`` (every fit) and ``leaderboard.{md,json,png}``; the same
+command again resumes an interrupted run, another bench in the same ``DIR`` is refused.
+
+Every argument is checked (data loaded, every spec built once) before anything is fitted or written; a
+problem is a usage error naming the argument (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["add_bench_parser", "bench_command", "DEFAULT_AGAINST"]
+
+#: the zoo rows fitted beside an own-data bench unless ``--against`` names others: the Gaussian baseline,
+#: the horseshoe and the spike-and-slab families, each with its default guide
+DEFAULT_AGAINST = ("mfvi-bnn", "hs-bnn", "lbbnn")
+OWN_SPLITS = (0, 1, 2, 3, 4)
+
+
+def add_bench_parser(sub) -> None:
+    """Add the ``bench`` subcommand to ``zoo``'s subparsers."""
+    from zoo.experiments.cli_data import add_data_arguments
+    from zoo.experiments.plugins import add_plugin_argument
+    from zoo.experiments.suites import SUITES
+
+    b = sub.add_parser(
+        "bench", help="bench a model over a fixed suite and write DIR/leaderboard.{md,json,png}"
+    )
+    b.add_argument("spec", metavar="SPEC", help="a registry name, name:guide, or a plugin's entry")
+    b.add_argument("--suite", default=None, help=f"one of {', '.join(sorted(SUITES))}")
+    b.add_argument("--out", required=True)
+    b.add_argument("--seeds", type=int, default=1, help="seeds per split (seed k of split s: s + 1000 k)")
+    b.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
+    b.add_argument("--steps", type=int, default=None, help="override the budget (smoke run, off budget)")
+    b.add_argument("--splits", default=None, help="e.g. 0-0 or 0,2 (smoke run unless the suite's own)")
+    for flag, what in (("--option", "model builder"), ("--guide-option", "guide")):
+        b.add_argument(flag, action="append", default=[], metavar="KEY=VALUE", help=f"{what} option (JSON)")
+    b.add_argument("--dataset", default=None, help="own data instead of a suite: csv:PATH or npz:PATH")
+    b.add_argument(
+        "--against",
+        default=None,
+        help=f"own data: zoo models (name or name:guide, comma-separated) fitted beside it in the same run "
+        f"(default {','.join(DEFAULT_AGAINST)})",
+    )
+    b.add_argument("--zoo-rows", default=None, help="zoo rows file (default the committed bench-SUITE.json)")
+    b.add_argument("--data-dir", default=None, help="data root (default ZOO_DATA_DIR)")
+    b.add_argument("--no-progress", action="store_true")
+    add_data_arguments(b)
+    add_plugin_argument(b)
+
+
+def _positive(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    for name in ("seeds", "jobs", "steps"):
+        v = getattr(a, name)
+        if v is not None and v <= 0:
+            parser.error(f"argument --{name}: must be > 0, got {v}")
+
+
+def _spec(parser: argparse.ArgumentParser, a: argparse.Namespace):
+    from zoo.experiments.bench import parse_spec
+    from zoo.experiments.cli_common import parse_options
+
+    opts = {}
+    for flag, attr in (("--option", "option"), ("--guide-option", "guide_option")):
+        try:
+            opts[attr] = parse_options(getattr(a, attr))
+        except ValueError as e:
+            parser.error(f"argument {flag}: expected KEY=VALUE, got {e.args[0]!r}")
+    try:
+        return parse_spec(a.spec, opts["option"], opts["guide_option"])
+    except (TypeError, ValueError) as e:
+        parser.error(f"argument {e}" if str(e).startswith("SPEC") else f"argument SPEC: {e}")
+
+
+def _suite(parser: argparse.ArgumentParser, a: argparse.Namespace, splits):
+    """``(suite, table options, against specs)``: a registered suite, or one made of an own dataset."""
+    from zoo.experiments.bench import parse_spec
+    from zoo.experiments.cli_data import TABLE_FLAGS, table_options
+    from zoo.experiments.suites import SUITES, Suite, get_suite
+
+    if a.dataset is None:
+        if a.against is not None:
+            parser.error(
+                "argument --against: applies to an own --dataset only (a suite's zoo rows are committed)"
+            )
+        if a.suite is None:
+            parser.error(f"argument --suite: give a suite ({', '.join(sorted(SUITES))}) or an own --dataset")
+        given = [flag for field, flag in TABLE_FLAGS.items() if getattr(a, field) is not None]
+        if given or a.no_standardize:
+            parser.error(f"argument {(given or ['--no-standardize'])[0]}: applies to an own --dataset only")
+        if a.zoo_rows is not None and not os.path.isfile(a.zoo_rows):
+            parser.error(f"argument --zoo-rows: no such file {a.zoo_rows!r}")
+        try:
+            return get_suite(a.suite), None, ()
+        except ValueError as e:
+            parser.error(f"argument --suite: {e}")
+    if a.suite is not None or a.zoo_rows is not None:
+        flag = "--suite" if a.suite is not None else "--zoo-rows"
+        parser.error(f"argument --dataset: benches own data instead of a suite; leave out {flag}")
+    table = table_options(parser, a)
+    names = DEFAULT_AGAINST if a.against is None else [n for n in a.against.split(",") if n.strip()]
+    try:
+        against = tuple(parse_spec(n) for n in names)
+    except ValueError as e:
+        parser.error(f"argument --against: {e}")
+    stem = os.path.splitext(os.path.basename(a.dataset.partition(":")[2] or a.dataset))[0]
+    suite = Suite(
+        name=f"own:{stem}",
+        description=f"own data {a.dataset} x split seeds {list(splits or OWN_SPLITS)}, uci-small budget",
+        datasets=(a.dataset,),
+        splits=tuple(splits or OWN_SPLITS),
+        hidden=get_suite("uci-small").hidden,
+        budget=get_suite("uci-small").budget,
+    )
+    return suite, table, against
+
+
+def _plan(parser: argparse.ArgumentParser, a: argparse.Namespace):
+    """The :class:`~zoo.experiments.bench.BenchPlan` and its fits, checked before anything runs."""
+    from zoo.experiments.bench import BenchPlan, check_out
+    from zoo.experiments.cli_common import parse_splits
+    from zoo.experiments.journal import JournalMismatch
+
+    _positive(parser, a)
+    try:
+        splits = parse_splits(a.splits)
+    except ValueError:
+        parser.error(f"argument --splits: expected e.g. 0-4 or 0,3, got {a.splits!r}")
+    spec = _spec(parser, a)
+    suite, table, against = _suite(parser, a, splits)
+    plugins = tuple([*a.plugin_pre, *a.plugin])
+    if against and spec.label in {s.label for s in against}:
+        against = tuple(s for s in against if s.label != spec.label)
+    plan = BenchPlan(
+        suite,
+        (spec, *against),
+        splits=None if splits is None else tuple(splits),
+        seeds=a.seeds,
+        steps=a.steps,
+        table=table,
+        data_dir=a.data_dir,
+        plugins=plugins,
+    )
+    try:
+        check_out(Path(a.out), plan.signature())
+    except (JournalMismatch, ValueError) as e:
+        parser.error(f"argument --out: {e}")
+    try:
+        tasks = plan.tasks()
+    except FileNotFoundError as e:
+        parser.error(f"argument --suite/--dataset/--data-dir: {e}")
+    except (TypeError, ValueError) as e:
+        parser.error(f"argument SPEC/--option/--guide-option/--splits: {e}")
+    return plan, tasks
+
+
+def bench_command(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """Run ``zoo bench`` (arguments already parsed, plugins loaded)."""
+    from zoo.experiments.bench import run_fits
+    from zoo.experiments.cli_common import log_progress
+    from zoo.experiments.leaderboard import build_leaderboard, load_zoo_rows, write_leaderboard
+    from zoo.infer.threads import apply_num_threads
+
+    plan, tasks = _plan(parser, a)
+    apply_num_threads(None, default=1)
+    if not a.no_progress:
+        log_progress()
+    doc = run_fits(plan, a.out, jobs=a.jobs, progress=not a.no_progress, tasks=tasks)
+    bench_label = plan.specs[0].label
+    bench_rows = [r for r in doc["rows"] if r["label"] == bench_label]
+    if plan.table is not None or a.dataset is not None:
+        zoo_rows = [r for r in doc["rows"] if r["label"] != bench_label]
+        source, note = f"fitted in this run ({', '.join(s.label for s in plan.specs[1:])})", None
+    else:
+        zoo_rows, source, note = load_zoo_rows(plan.suite, a.zoo_rows)
+    cmd = "zoo " + " ".join(sys.argv[1:] if argv is None else argv)
+    lb = build_leaderboard(
+        plan.suite,
+        bench_label,
+        bench_rows,
+        zoo_rows,
+        off_budget=plan.off_budget,
+        source=source,
+        note=note,
+        command=cmd,
+        run={"steps": plan.steps, "splits": list(plan.effective_splits), "seeds": plan.seeds},
+    )
+    paths = write_leaderboard(lb, a.out)
+    print(lb["title"])
+    for e in lb["rows"]:
+        ranks = ", ".join(f"{m} {r:.2f}" for m, r in e["rank"].items() if r is not None)
+        print(f"  {'*' if e['bench'] else ' '} {e['label']}: mean rank {ranks}")
+    if note and a.no_progress:  # with progress the note was logged already
+        print(f"note: {note}")
+    print(f"-> {paths['md']}, {paths['json']}, {paths['png']}")
+    return 0

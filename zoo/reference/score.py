@@ -1,0 +1,226 @@
+"""Score a guide against a stored reference: fit ``model[:guide]`` on the instance's data, draw the same
+symmetry-invariant quantities the reference stores (:mod:`zoo.reference.quantities`) and compare them with
+:mod:`zoo.eval.scores`.
+
+Score groups (each a dict of :mod:`zoo.eval.scores` keys):
+
+* ``y``: :func:`~zoo.eval.scores.regression_scores` of the guide's predictive draws of ``y`` against the
+  reference's, with the test targets (W1/W2, coverage, NLL and RMSE gaps);
+* ``f``: the same for the network output ``f`` (no targets) — only when the guide's model is the
+  reference's model;
+* ``class``: :func:`~zoo.eval.scores.classification_scores` (agreement, total variation) of the mean
+  predictive ``P(y = 1)``;
+* ``inclusion``: :func:`~zoo.eval.scores.inclusion_scores` of the guide's inclusion probabilities
+  (``guide.inclusion_probs()``, the LBBNN guides) against the exact ones;
+* ``kappa.<layer>``: :func:`~zoo.eval.scores.shrinkage_scores` of the per-draw sorted shrinkage factors;
+* ``norms.<layer>``: the mean over sorted positions of the 1-D Wasserstein-1 distance between the guide's
+  and the reference's sorted unit norms (``norm_w1``).
+
+**Other models against a reference.**  An instance lists in ``scored`` the registry models whose guides are
+scored against it.  A guide of another model than the reference's is scored on the predictive of ``y``
+only: in particular the bow-tie guides (``bowtie``, Sheinkman & Wade 2025, arXiv:2411.11132, §2) against
+the N-GIG ReLU-MLP reference (``ngig-bnn``, the same N-GIG shrinkage prior of their Eqs. 5-7 on a plain
+ReLU MLP): the bow-tie network's stochastic (Pólya-Gamma augmented) activation is a different likelihood
+for ``f``, so ``f``, unit norms and shrinkage are not comparable, while the predictive distribution of
+``y`` at the test inputs is what both claim to approximate.  The bow-tie model is fitted with its own
+defaults (its builder options are not the N-GIG MLP's).
+
+Each guide is fitted with ``seeds`` different seeds (``0..K-1``) by
+:func:`zoo.experiments.runs.fit_on_dataset` (the entry's default steps, learning rate and batch size unless
+``steps`` is given); the result has every seed's scores and their mean and standard deviation over seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from zoo.core.config import Config
+from zoo.core.validation import check_optional, check_positive_int
+from zoo.eval.scores import (
+    classification_scores,
+    inclusion_scores,
+    regression_scores,
+    shrinkage_scores,
+    wasserstein_1d,
+)
+from zoo.reference.instances import ReferenceInstance
+
+__all__ = ["ScoreConfig", "check_spec", "score_spec", "score_fit", "format_scores", "HEADLINE"]
+
+#: the headline score of each group (what the scoreboard shows)
+HEADLINE = {"y": "w2", "f": "w2", "class": "total_variation", "inclusion": "mae", "kappa": "kappa_mae"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreConfig(Config):
+    """``seeds``: fits per guide (seeds ``seed .. seed + seeds - 1``); ``steps``: training steps (``None``:
+    the model's default); ``draws``: the guide's predictive draws per fit."""
+
+    seeds: int = 1
+    steps: int | None = None
+    draws: int = 1000
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_positive_int("seeds", self.seeds)
+        check_positive_int("seed", self.seed, allow_zero=True)
+        check_optional("steps", self.steps, check_positive_int)
+        check_positive_int("draws", self.draws)
+
+
+def check_spec(spec: str, instance: ReferenceInstance) -> tuple[str, str | None]:
+    """``(model, guide)`` of ``spec = "model[:guide]"``; ``ValueError`` unless the model is registered, is
+    scored against ``instance`` and offers the guide."""
+    from zoo.experiments.registry import get_entry
+
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"SPEC must be 'model[:guide]', got {spec!r}")
+    model, _, guide = spec.partition(":")
+    entry = get_entry(model)
+    if model not in instance.scored:
+        raise ValueError(
+            f"SPEC: {model!r} is not scored against {instance.name!r} (its models: {list(instance.scored)})"
+        )
+    if guide and guide not in entry.guides:
+        raise ValueError(f"SPEC: {model} offers guides {list(entry.guides)}, not {guide!r}")
+    return model, guide or None
+
+
+def _same_test_inputs(ds, arrays: dict[str, np.ndarray], name: str) -> None:
+    stored = arrays["x_test"]
+    if stored.shape != ds.x_test.shape or not np.allclose(stored, ds.x_test, rtol=1e-6, atol=1e-8):
+        raise ValueError(
+            f"instance {name!r}: its test inputs differ from the stored reference's (the data or the "
+            "instance changed since it was computed); recompute it with `zoo reference compute --force`"
+        )
+
+
+def _norm_scores(approx: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    w1 = wasserstein_1d(approx, reference, p=1)
+    return {"norm_w1": float(w1.mean()), "num_units": float(w1.size)}
+
+
+def score_fit(
+    result: Any,
+    instance: ReferenceInstance,
+    arrays: dict[str, np.ndarray],
+    same_model: bool,
+    draws: int,
+    seed: int,
+) -> dict[str, dict[str, float]]:
+    """The score groups (module docstring) of one fitted ``result`` against the reference ``arrays``."""
+    from zoo.reference.quantities import predictive_draws, shrinkage_draws, unit_norms
+
+    x_test = torch.as_tensor(arrays["x_test"], dtype=torch.float32, device=result.device)
+    pred = predictive_draws(result, x_test, draws, seed=seed)
+    out: dict[str, dict[str, float]] = {}
+    if "p" in arrays:
+        out["class"] = classification_scores(pred["p"].mean(0), arrays["p_mean"])
+    else:
+        out["y"] = regression_scores(pred["y"], arrays["y"], y=arrays["y_test"])
+        if same_model:
+            out["f"] = regression_scores(pred["f"], arrays["f"])
+    if "pip" in arrays and callable(getattr(result.guide, "inclusion_probs", None)):
+        with result.activate():
+            probs = result.guide.inclusion_probs()
+        out["inclusion"] = inclusion_scores(
+            torch.cat([v.reshape(-1) for v in probs.values()]).cpu(), arrays["pip"]
+        )
+    if not same_model:
+        return out
+    norm_keys = [k for k in arrays if k.startswith("norms.") and not k.endswith(("_mean", "_se"))]
+    if norm_keys:
+        norms = unit_norms(result, draws, seed=seed)
+        for k in norm_keys:
+            out[k] = _norm_scores(norms[k.split(".", 1)[1]], arrays[k])
+    kappa_keys = [k for k in arrays if k.startswith("kappa.") and not k.endswith(("_mean", "_se"))]
+    if kappa_keys:
+        kappa = shrinkage_draws(result, draws, seed=seed)
+        for k in kappa_keys:
+            layer = k.split(".", 1)[1]
+            if layer in kappa:  # a guide without horseshoe scale sites has no κ to score
+                out[k] = shrinkage_scores(kappa[layer], arrays[k])
+    return out
+
+
+def _aggregate(per_seed: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{group: {key: {"mean", "sd"}}}`` over seeds (``sd`` with ddof 1; 0 for one seed)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for group in per_seed[0]:
+        for key in per_seed[0][group]:
+            v = np.array([s[group][key] for s in per_seed if group in s], dtype=float)
+            sd = float(np.std(v, ddof=1)) if v.size > 1 else 0.0
+            out.setdefault(group, {})[key] = {"mean": float(np.mean(v)), "sd": sd}
+    return out
+
+
+def score_spec(
+    model: str,
+    guide: str | None,
+    instance: ReferenceInstance,
+    reference: tuple[dict[str, np.ndarray], dict[str, Any]],
+    config: ScoreConfig | None = None,
+    *,
+    data_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Fit ``model[:guide]`` ``config.seeds`` times on ``instance``'s data and score each fit against the
+    stored ``reference`` (``(arrays, meta)`` of :func:`zoo.reference.store.load_reference`)."""
+    from zoo.experiments.config import RunConfig
+    from zoo.experiments.runs import fit_on_dataset
+
+    config = config or ScoreConfig()
+    arrays, meta = reference
+    ds = instance.dataset(data_dir)
+    _same_test_inputs(ds, arrays, instance.name)
+    same_model = model == instance.model
+    options = instance.options if same_model else {}
+    per_seed, rows = [], []
+    for seed in range(config.seed, config.seed + config.seeds):
+        t0 = time.perf_counter()
+        run = fit_on_dataset(
+            model,
+            ds,
+            RunConfig(
+                hidden=instance.hidden,
+                guide=guide,
+                steps=config.steps,
+                seed=seed,
+                progress=False,
+                options=options,
+            ),
+        )
+        scores = score_fit(run.result, instance, arrays, same_model, config.draws, seed)
+        per_seed.append(scores)
+        rows.append({"seed": seed, "seconds": time.perf_counter() - t0, "guide": run.metrics["guide"]})
+    return {
+        "model": model,
+        "guide": rows[0]["guide"],
+        "instance": instance.name,
+        "reference_method": meta["method"],
+        "reference_created": meta.get("created"),
+        "same_model": same_model,
+        "seeds": config.seeds,
+        "steps": config.steps,
+        "draws": config.draws,
+        "scores": _aggregate(per_seed),
+        "per_seed": [{**r, "scores": s} for r, s in zip(rows, per_seed)],
+    }
+
+
+def format_scores(result: dict[str, Any]) -> str:
+    """A few lines: the headline score of each group, mean ± sd over seeds."""
+    lines = [
+        f"{result['model']}/{result['guide']} vs reference {result['instance']} ({result['seeds']} seed(s)):"
+    ]
+    for group, scores in result["scores"].items():
+        key = HEADLINE.get(group.split(".")[0], "norm_w1")
+        shown = [k for k in (key, "w1", "nll_gap", "draw_coverage", "agreement", "auroc") if k in scores]
+        text = ", ".join(f"{k}={scores[k]['mean']:.4g}±{scores[k]['sd']:.2g}" for k in dict.fromkeys(shown))
+        lines.append(f"  {group:12s} {text}")
+    return "\n".join(lines)
