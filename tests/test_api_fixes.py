@@ -313,7 +313,9 @@ def test_vi_summary_has_iid_errors_no_rhat_and_no_warnings(readme_fit, arviz_log
     res, x, ys, _, _ = readme_fit
     idata = zoo.to_inference_data(res, num_samples=50, seed=1)
     plain = az.summary(idata, var_names=["sigma2"])  # what the README showed: a shape warning, r_hat NaN
-    assert any("Shape validation" in m for m in arviz_log.messages) and np.isnan(plain.loc["sigma2", "r_hat"])
+    assert np.isnan(plain.loc["sigma2", "r_hat"])
+    # plain az.summary also logs ArviZ's "Shape validation failed" message (not in every order of the
+    # suite: after the NUTS tests' exports ArviZ stays quiet); vi_summary must never log it
     arviz_log.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")

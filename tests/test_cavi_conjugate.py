@@ -162,6 +162,7 @@ def test_baseline_options_defaults_validation_and_builders():
         "fan_in_scaling": False,
         "noise_concentration": 2.0,
         "noise_rate": 0.5,
+        "hierarchical_scale": False,
     }
     assert BLROptions().to_dict() == {"weight_scale": 1.0, "noise_concentration": 2.0, "noise_rate": 1.0}
     for field, value, err in [

@@ -303,3 +303,8 @@ def test_cli_reference_list_compute_score(tmp_path, capsys):
     assert "inclusion" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # no overwrite without --overwrite
         main([*argv, "--root", root, "--steps", "300"])
+    arrays, meta = load_reference(root, "ss-diabetes")  # a reference of other test inputs is refused
+    save_reference(root, "ss-diabetes", {**arrays, "x_test": arrays["x_test"] + 1.0}, meta, force=True)
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--root", root, "--overwrite"])
+    assert e.value.code == 2 and "test inputs differ" in capsys.readouterr().err

@@ -23,8 +23,8 @@ import pyro
 
 from zoo.data import Dataset, load_dataset
 from zoo.experiments.config import RunConfig
+from zoo.experiments.outputs import RunOutput, score_predictions, train_set_metrics
 from zoo.experiments.registry import build, get_entry
-from zoo.experiments.runs import RunOutput, score_predictions, train_set_metrics
 from zoo.infer.mcmc import NUTSConfig, fit_nuts
 from zoo.infer.mcmc_export import all_draws_predict, predictive_diagnostics
 
@@ -64,7 +64,7 @@ def nuts_run_specs(model: str, splits: Sequence[int] | None, kwargs: Mapping[str
     """The ``nuts`` rows of a UCI protocol: ``model`` on :data:`NUTS_DATASETS`, splits ``splits`` (default
     0-4), one hidden layer of 50 units, :data:`PROTOCOL_NUTS`; ``kwargs`` adds run settings (e.g. builder
     ``options``)."""
-    from zoo.experiments.reproduce import RunSpec
+    from zoo.experiments.protocol import RunSpec
 
     splits = list(range(5)) if splits is None else list(splits)
     run = {"hidden": [50], **dict(kwargs or {}), "fit_options": dict(PROTOCOL_NUTS)}

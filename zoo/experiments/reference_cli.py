@@ -123,7 +123,7 @@ def _compute(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Seque
 def _score(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     from zoo.experiments.runs import dumps_json
     from zoo.io import atomic_write_text
-    from zoo.reference.score import ScoreConfig, check_spec, format_scores, score_spec
+    from zoo.reference.score import ScoreConfig, check_spec, format_scores, reference_data, score_spec
     from zoo.reference.store import load_reference
 
     inst = _instance(parser, a.instance, "--instance")
@@ -134,7 +134,8 @@ def _score(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
         parser.error(f"argument SPEC/--seeds/--steps/--draws: {e}")
     try:
         reference = load_reference(_root(a), inst.name)
-    except FileNotFoundError as e:
+        reference_data(inst, reference[0], a.data_dir)
+    except (FileNotFoundError, ValueError) as e:
         parser.error(f"argument --instance: {e}")
     out = os.path.join(a.out, "scores.json")
     if os.path.exists(a.out) and not os.path.isdir(a.out):

@@ -14,9 +14,8 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,6 +24,7 @@ from zoo.core.validation import check_positive_int
 from zoo.data import load_dataset
 from zoo.experiments.config import RunConfig
 from zoo.experiments.ensemble import ensemble_weights, fit_ensemble
+from zoo.experiments.protocol import Protocol, RunSpec
 from zoo.experiments.registry import load_plugins
 from zoo.experiments.runs import dumps_json, fit_on_dataset
 from zoo.io import append_line, atomic_write_text
@@ -46,25 +46,6 @@ logger = logging.getLogger(__name__)
 
 #: RunSpec keys that make a row an ensemble (:func:`~zoo.experiments.ensemble.fit_ensemble`); not in RunConfig
 ENSEMBLE_KEYS = ("ensemble", "zeta")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    variant: str
-    model: str
-    dataset: str
-    split: int
-    kwargs: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Protocol:
-    name: str
-    description: str
-    runs: Callable[[Sequence[int] | None], list[RunSpec]]
-    metrics: Sequence[str]
-    paper: dict = field(default_factory=dict)  # {(variant, dataset): {metric: value}} reference numbers
-    paper_source: str = ""
 
 
 PROTOCOLS: dict[str, Protocol] = {}

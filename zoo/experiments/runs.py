@@ -17,7 +17,6 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,15 @@ import torch
 from zoo.core.config import resolve
 from zoo.core.validation import resolve_device
 from zoo.data import Dataset, load_dataset
+from zoo.data.tensors import fit_tensors as _prepare
 from zoo.eval import metrics
 from zoo.experiments.config import RunConfig
+from zoo.experiments.outputs import RunOutput, evaluate, score_predictions, train_set_metrics
 from zoo.experiments.registry import build, get_entry
 from zoo.infer.checkpoint import save
 from zoo.infer.loop import fit, resume
 from zoo.infer.optim import make_optimizer
-from zoo.infer.predict import Predictions, predict
+from zoo.infer.predict import predict
 from zoo.infer.result import FitResult
 from zoo.io import atomic_write_text
 
@@ -48,70 +49,6 @@ __all__ = [
     "train_set_metrics",
     "write_run",
 ]
-
-
-@dataclass
-class RunOutput:
-    result: FitResult
-    dataset: Dataset
-    metrics: dict
-    predictions: Predictions
-    train_predictions: Predictions | None = None
-
-
-def _prepare(dataset: Dataset, device: torch.device, dtype=torch.float32, standardize_y: bool = True):
-    xtr, ytr, xte, yte = dataset.tensors(device=device, dtype=dtype)
-    extra = {}
-    if dataset.task == "regression" and standardize_y:
-        mu = float(np.mean(dataset.y_train)) if dataset.y_mean is None else float(np.mean(dataset.y_mean))
-        sd = float(np.std(dataset.y_train)) if dataset.y_std is None else float(np.mean(dataset.y_std))
-        sd = sd if sd > 0 else 1.0
-        ytr = (ytr - mu) / sd
-        extra = {"y_mean": mu, "y_std": sd}
-    return xtr, ytr, xte, yte, extra
-
-
-def score_predictions(dataset: Dataset, pred: Predictions, y_true: torch.Tensor | np.ndarray) -> dict:
-    """Metrics of a predictive distribution against ``y_true`` (original target scale): regression RMSE,
-    Gaussian NLL, mixture NLL over draws (when the draws are kept), 95 % coverage; classification accuracy,
-    NLL, ECE (10 bins)."""
-    y = y_true.detach().cpu().numpy() if torch.is_tensor(y_true) else np.asarray(y_true)
-    out: dict = {}
-    if dataset.task == "regression":
-        mean, var = pred.mean.cpu().numpy(), pred.var.cpu().numpy()
-        out["rmse"] = metrics.rmse(y, mean)
-        out["nll"] = metrics.gaussian_nll(y, mean, var)
-        if pred.loc is not None and pred.scale is not None:
-            loc = pred.loc.cpu().numpy()
-            out["nll_mixture"] = metrics.mixture_nll(y, loc, pred.scale.cpu().numpy())
-            out["rmse_draws"] = metrics.rmse_draws(y, loc)
-            out["rmse_pointwise"] = metrics.rmse_pointwise(y, loc)
-        out["coverage95"] = metrics.coverage(y, mean, var, level=0.95)
-    else:
-        probs = pred.probs.cpu().numpy()
-        out["accuracy"] = metrics.accuracy(y, probs)
-        out["nll"] = metrics.categorical_nll(y, probs)
-        out["ece"] = metrics.ece(y, probs, n_bins=10)
-    return out
-
-
-def evaluate(
-    result: FitResult,
-    dataset: Dataset,
-    x_test: torch.Tensor,
-    y_test: torch.Tensor,
-    num_samples: int = 100,
-    seed: int = 0,
-) -> tuple[dict, Predictions]:
-    """Test metrics of a fit (original target scale), see :func:`score_predictions`, plus the guide's
-    sparsity-report density when it has one."""
-    pred = predict(result, x_test, num_samples=num_samples, seed=seed)
-    out = score_predictions(dataset, pred, y_test)
-    sparsity = getattr(result.guide, "sparsity_report", None)
-    if callable(sparsity):
-        with result.activate():
-            out["density"] = float(sparsity(result.model).density)
-    return out, pred
 
 
 def _loss(fit_defaults: Mapping, model, guide):
@@ -291,20 +228,6 @@ def ood_metrics(run: RunOutput, ood: str | Dataset | None = None, num_samples: i
     if run.predictions.draw_probs is not None and pred_o.draw_probs is not None:
         out["mi_in"] = float(metrics.mutual_information(run.predictions.draw_probs).mean())
         out["mi_ood"] = float(metrics.mutual_information(pred_o.draw_probs).mean())
-    return out
-
-
-def train_set_metrics(run: RunOutput, num_samples: int = 100) -> dict:
-    """Training-set metrics (``train_<metric>``) and the under-fitting gap ``nll_gap = nll - train_nll``
-    (paper 002 §9.3), from the same predictive as the test metrics; the training-set predictions are kept in
-    ``run.train_predictions``."""
-    xtr, ytr, _, _ = run.dataset.tensors(device=run.result.device)
-    scores, pred = evaluate(
-        run.result, run.dataset, xtr, ytr, num_samples=num_samples, seed=int(run.metrics["seed"])
-    )
-    run.train_predictions = pred
-    out = {f"train_{k}": v for k, v in scores.items() if k not in ("density", "nll_mixture")}
-    out["nll_gap"] = run.metrics["nll"] - out["train_nll"]
     return out
 
 

@@ -196,12 +196,12 @@ def _training_data(data: Any, spec: Mapping | None) -> tuple[Tensor, Tensor, dic
     from zoo.data import Dataset
 
     if isinstance(data, Dataset):
+        from zoo.data.tensors import fit_tensors
         from zoo.experiments.registry import get_entry
-        from zoo.experiments.runs import _prepare
 
         defaults = get_entry(spec["model"]).fit_defaults if spec and "model" in spec else {}
         cpu = torch.device("cpu")
-        x, y, _, _, extra = _prepare(data, cpu, standardize_y=bool(defaults.get("standardize_y", True)))
+        x, y, _, _, extra = fit_tensors(data, cpu, standardize_y=bool(defaults.get("standardize_y", True)))
         return x, y, {**extra, "dataset": data.name}
     if isinstance(data, tuple | list) and len(data) == 2:
         return data[0], data[1], {}

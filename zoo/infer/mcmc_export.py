@@ -16,16 +16,18 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import arviz as az
 import numpy as np
 from torch import Tensor
 
 from zoo.infer.predict import log_likelihood, predict
+from zoo.infer.result import FitResult
 
-if TYPE_CHECKING:
-    from zoo.infer.mcmc_result import NUTSResult
+# a NUTS fit (zoo.infer.mcmc_result.NUTSResult, a FitResult); named by its base class here so that
+# the result module, which calls this one to export, is not imported back
+NUTSResult = FitResult
 
 __all__ = [
     "all_draws_predict",

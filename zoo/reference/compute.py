@@ -68,7 +68,7 @@ def versions() -> dict[str, Any]:
 
 def _standardized(ds) -> tuple[np.ndarray, float, float]:
     """Training targets standardized as :func:`zoo.experiments.runs.fit_on_dataset` does, and (mean, sd)."""
-    from zoo.experiments.runs import _prepare
+    from zoo.data.tensors import fit_tensors as _prepare
 
     _, ytr, _, _, extra = _prepare(ds, torch.device("cpu"), dtype=torch.float64)
     return ytr.numpy(), float(extra.get("y_mean", 0.0)), float(extra.get("y_std", 1.0))

@@ -51,7 +51,15 @@ from zoo.eval.scores import (
 )
 from zoo.reference.instances import ReferenceInstance
 
-__all__ = ["ScoreConfig", "check_spec", "score_spec", "score_fit", "format_scores", "HEADLINE"]
+__all__ = [
+    "ScoreConfig",
+    "check_spec",
+    "reference_data",
+    "score_spec",
+    "score_fit",
+    "format_scores",
+    "HEADLINE",
+]
 
 #: the headline score of each group (what the scoreboard shows)
 HEADLINE = {"y": "w2", "f": "w2", "class": "total_variation", "inclusion": "mae", "kappa": "kappa_mae"}
@@ -92,13 +100,19 @@ def check_spec(spec: str, instance: ReferenceInstance) -> tuple[str, str | None]
     return model, guide or None
 
 
-def _same_test_inputs(ds, arrays: dict[str, np.ndarray], name: str) -> None:
+def reference_data(
+    instance: ReferenceInstance, arrays: dict[str, np.ndarray], data_dir: str | Path | None = None
+):
+    """The instance's dataset, checked to have the stored reference's test inputs (``ValueError`` if the data
+    or the instance changed since the reference was computed)."""
+    ds = instance.dataset(data_dir)
     stored = arrays["x_test"]
     if stored.shape != ds.x_test.shape or not np.allclose(stored, ds.x_test, rtol=1e-6, atol=1e-8):
         raise ValueError(
-            f"instance {name!r}: its test inputs differ from the stored reference's (the data or the "
-            "instance changed since it was computed); recompute it with `zoo reference compute --force`"
+            f"instance {instance.name!r}: its test inputs differ from the stored reference's (the data or "
+            "the instance changed since it was computed); recompute it with `zoo reference compute --force`"
         )
+    return ds
 
 
 def _norm_scores(approx: np.ndarray, reference: np.ndarray) -> dict[str, float]:
@@ -176,8 +190,7 @@ def score_spec(
 
     config = config or ScoreConfig()
     arrays, meta = reference
-    ds = instance.dataset(data_dir)
-    _same_test_inputs(ds, arrays, instance.name)
+    ds = reference_data(instance, arrays, data_dir)
     same_model = model == instance.model
     options = instance.options if same_model else {}
     per_seed, rows = [], []
