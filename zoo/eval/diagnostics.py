@@ -67,7 +67,7 @@ def _layers(fit: FitResult) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _site_dims(name: str, shape: tuple[int, ...], layers: dict[str, tuple[int, int]]) -> list[str]:
+def site_dims(name: str, shape: tuple[int, ...], layers: dict[str, tuple[int, int]]) -> list[str]:
     """Named dims of a posterior site: the layer's ``_out`` / ``_in`` where an axis matches, else generic."""
     generic = [f"{name}_dim_{i}" for i in range(len(shape))]
     layer = next((k for k in layers if name.startswith(k + ".")), None)
@@ -100,7 +100,7 @@ def _posterior_group(
         if name in shapes:
             arr = arr.reshape(num_samples, *shapes[name])
         posterior[name] = arr[None]
-        dims[name] = _site_dims(name, arr.shape[1:], layers)
+        dims[name] = site_dims(name, arr.shape[1:], layers)
     return posterior, dims
 
 

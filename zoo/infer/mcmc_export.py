@@ -22,6 +22,7 @@ import arviz as az
 import numpy as np
 from torch import Tensor
 
+from zoo.eval.diagnostics import site_dims  # the variational export's naming, shared
 from zoo.infer.predict import log_likelihood, predict
 from zoo.infer.result import FitResult
 
@@ -142,22 +143,6 @@ def _layers(result: Any) -> dict[str, tuple[int, int]]:
         for s in result.model.architecture.param_specs()
         if s.role == "weight" and len(s.shape) == 2
     }
-
-
-def site_dims(name: str, shape: tuple[int, ...], layers: dict[str, tuple[int, int]]) -> list[str]:
-    """Named dims of a site: its layer's ``<layer>_out`` / ``<layer>_in`` on axes of matching length (the
-    naming of the variational export, :mod:`zoo.eval.diagnostics`), else ``<site>_dim_<i>``."""
-    generic = [f"{name}_dim_{i}" for i in range(len(shape))]
-    layer = next((k for k in layers if name.startswith(k + ".")), None)
-    if layer is None or len(shape) not in (1, 2):
-        return generic
-    d_out, d_in = layers[layer]
-    if len(shape) == 1:
-        return [f"{layer}_out"] if shape[0] == d_out else [f"{layer}_in"] if shape[0] == d_in else generic
-    return [
-        f"{layer}_out" if shape[0] == d_out else generic[0],
-        f"{layer}_in" if shape[1] == d_in else generic[1],
-    ]
 
 
 def _draws_at(result: NUTSResult, x: Tensor) -> np.ndarray:
