@@ -22,7 +22,7 @@ import zoo
 import zoo.checkpoint
 import zoo.experiments.reproduce as reproduce
 from guides.autoguides import make_autoguide
-from zoo.eval.diagnostics import _site_dims, iid_mcse_mean, iid_mcse_sd, save_netcdf, vi_summary
+from zoo.eval.diagnostics import iid_mcse_mean, iid_mcse_sd, save_netcdf, site_dims, vi_summary
 from zoo.experiments import cli
 from zoo.experiments.reproduce import Protocol, RunSpec, python_call, run_protocol
 from zoo.infer.predict import log_likelihood, posterior_samples
@@ -241,14 +241,14 @@ def test_prior_sites_get_the_layers_named_dims():
 
 def test_site_dims_rule():
     layers = {"fc1": (5, 3), "fc10": (4, 4)}
-    assert _site_dims("fc1.psi", (5, 3), layers) == ["fc1_out", "fc1_in"]
-    assert _site_dims("fc1.tau2", (5,), layers) == ["fc1_out"]
-    assert _site_dims("fc1.s", (3,), layers) == ["fc1_in"]
-    assert _site_dims("fc1.beta", (5, 4), layers) == ["fc1_out", "fc1.beta_dim_1"]
-    assert _site_dims("fc1.z", (7,), layers) == ["fc1.z_dim_0"]
-    assert _site_dims("fc10.tau", (4,), layers) == ["fc10_out"]  # square layer: the receiving units
-    assert _site_dims("fc10.tau", (), layers) == []
-    assert _site_dims("sigma2", (), layers) == [] and _site_dims("hs.c2", (2,), layers) == ["hs.c2_dim_0"]
+    assert site_dims("fc1.psi", (5, 3), layers) == ["fc1_out", "fc1_in"]
+    assert site_dims("fc1.tau2", (5,), layers) == ["fc1_out"]
+    assert site_dims("fc1.s", (3,), layers) == ["fc1_in"]
+    assert site_dims("fc1.beta", (5, 4), layers) == ["fc1_out", "fc1.beta_dim_1"]
+    assert site_dims("fc1.z", (7,), layers) == ["fc1.z_dim_0"]
+    assert site_dims("fc10.tau", (4,), layers) == ["fc10_out"]  # square layer: the receiving units
+    assert site_dims("fc10.tau", (), layers) == []
+    assert site_dims("sigma2", (), layers) == [] and site_dims("hs.c2", (2,), layers) == ["hs.c2_dim_0"]
 
 
 def test_export_rejects_bad_input_before_drawing(readme_fit):

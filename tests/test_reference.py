@@ -23,7 +23,15 @@ from zoo.reference.compute import chain_diagnostics, compute_and_store, compute_
 from zoo.reference.exact_draws import sample_spike_slab
 from zoo.reference.instances import INSTANCES, DataSpec, ReferenceInstance, SamplerSettings, get_instance
 from zoo.reference.quantities import predictive_draws, shrinkage_draws, unit_norms
-from zoo.reference.store import GateError, check_gate, load_reference, save_reference, stored_names
+from zoo.reference.store import (
+    GateError,
+    check_gate,
+    load_attempts,
+    load_reference,
+    record_attempt,
+    save_reference,
+    stored_names,
+)
 
 # ----------------------------------------------------------------------------------------- exact draws
 
@@ -254,6 +262,11 @@ def test_failing_nuts_reference_is_not_stored(tmp_path):
     with pytest.raises(GateError, match="ESS"):  # 40 draws cannot have an ESS of 400
         compute_and_store(inst, tmp_path)
     assert stored_names(tmp_path) == []
+    # only the attempt's diagnostics are kept; a later stored reference clears them
+    attempt = load_attempts(tmp_path)["tiny"]
+    assert "ESS" in attempt["error"] and attempt["diagnostics"]["draws_total"] == 40
+    record_attempt(tmp_path, "tiny", None, None)
+    assert load_attempts(tmp_path) == {}
 
 
 # --------------------------------------------------------------------------------------- command line

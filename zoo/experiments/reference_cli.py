@@ -75,15 +75,17 @@ def _fmt(v: float, spec: str = ".3f") -> str:
 
 def _list(a: argparse.Namespace) -> int:
     from zoo.reference.instances import INSTANCES
-    from zoo.reference.store import load_reference, stored_names
+    from zoo.reference.store import load_attempts, load_reference, stored_names
 
     root = _root(a)
-    stored = set(stored_names(root))
+    stored, attempts = set(stored_names(root)), load_attempts(root)
     print(f"reference store: {root}")
     for name, inst in INSTANCES.items():
         head = f"{name:22s} {inst.method:11s} {inst.model}/{inst.data.dataset} hidden={list(inst.hidden)}"
         if name not in stored:
-            print(f"{head}  [not stored]  ({inst.note})")
+            failed = attempts.get(name)
+            why = f"  last attempt: {failed['error']}" if failed else ""
+            print(f"{head}  [not stored]  ({inst.note}){why}")
             continue
         meta = load_reference(root, name)[1]
         d = meta["diagnostics"]

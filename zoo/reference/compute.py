@@ -31,7 +31,14 @@ import numpy as np
 import torch
 
 from zoo.reference.instances import ReferenceInstance
-from zoo.reference.store import check_gate, default_root, reference_path, save_reference
+from zoo.reference.store import (
+    GateError,
+    check_gate,
+    default_root,
+    record_attempt,
+    reference_path,
+    save_reference,
+)
 
 __all__ = ["compute_reference", "compute_and_store", "versions", "chain_diagnostics"]
 
@@ -245,12 +252,22 @@ def compute_and_store(
     command: str | None = None,
 ) -> Path:
     """Compute ``instance`` and store it under ``root`` (default :func:`~zoo.reference.store.default_root`);
-    an existing reference is refused before any work unless ``force``."""
+    an existing reference is refused before any work unless ``force``.  A reference failing the gate raises
+    :class:`~zoo.reference.store.GateError` and only its diagnostics are kept (``attempts.json``)."""
     root = Path(root) if root is not None else default_root()
     path = reference_path(root, instance.name)
     if path.exists() and not force:
         raise FileExistsError(
             f"reference {instance.name!r} is already stored at {path}; pass --force to recompute"
         )
-    arrays, meta = compute_reference(instance, data_dir=data_dir, progress=progress, command=command)
-    return save_reference(root, instance.name, arrays, meta, force=force)
+    arrays, meta = compute_reference(
+        instance, data_dir=data_dir, progress=progress, command=command, gate=False
+    )
+    try:
+        check_gate(meta["diagnostics"])
+    except GateError as e:  # nothing of it is stored but its diagnostics (attempts.json)
+        record_attempt(root, instance.name, meta, str(e))
+        raise
+    path = save_reference(root, instance.name, arrays, meta, force=force)
+    record_attempt(root, instance.name, None, None)
+    return path

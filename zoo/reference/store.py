@@ -5,7 +5,8 @@ A stored reference holds only symmetry-invariant arrays (:mod:`zoo.reference.qua
 to its Monte Carlo standard error (``<key>_se``), plus a JSON record under the key ``meta`` (the instance's
 config, diagnostics, the exact command, package versions, seeds, wall time).  The file is written through
 :func:`zoo.io.atomic_write`, so a reader sees the old reference or the new one, never a half-written one;
-``index.json`` next to the files is a summary rebuilt from them after every write.
+``index.json`` next to the files is a summary rebuilt from them after every write; ``attempts.json`` keeps the
+diagnostics and the error of the last attempt of each instance that failed the gate (never its draws).
 
 **Gate** (the criteria of posteriordb's reference posteriors, Magnusson et al. 2024, "posteriordb: Testing,
 Benchmarking and Developing Bayesian Inference Algorithms", arXiv:2407.04967; thresholds of Vehtari, Gelman,
@@ -39,6 +40,8 @@ __all__ = [
     "save_reference",
     "load_reference",
     "stored_names",
+    "record_attempt",
+    "load_attempts",
 ]
 
 #: the posteriordb-style thresholds: R-hat below, bulk / tail ESS at least, divergences at most
@@ -157,3 +160,28 @@ def _summary(meta: Mapping[str, Any]) -> dict[str, Any]:
 def _write_index(root: Path) -> None:
     index = {name: _summary(load_reference(root, name)[1]) for name in stored_names(root)}
     atomic_write_text(root / "index.json", json.dumps(_jsonable(index), indent=1, sort_keys=True) + "\n")
+
+
+def load_attempts(root: str | os.PathLike) -> dict[str, Any]:
+    """``{name: {"error", "diagnostics", "wall_seconds", "command", "created"}}`` of failed attempts."""
+    path = Path(root) / "attempts.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def record_attempt(
+    root: str | os.PathLike, name: str, meta: Mapping[str, Any] | None, error: str | None
+) -> None:
+    """Record (``error`` given) or clear (``error=None``) the failed attempt of ``name`` (attempts.json)."""
+    root = Path(root)
+    attempts = load_attempts(root)
+    if error is None:
+        if name not in attempts:
+            return
+        attempts.pop(name)
+    else:
+        keys = ("wall_seconds", "command", "created", "diagnostics")
+        attempts[name] = {"error": error, **{k: (meta or {}).get(k) for k in keys}}
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        root / "attempts.json", json.dumps(_jsonable(attempts), indent=1, sort_keys=True) + "\n"
+    )
