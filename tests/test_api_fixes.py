@@ -5,6 +5,7 @@ i.i.d. VI draws without warnings; a protocol run from Python records the Python 
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import logging
@@ -160,13 +161,14 @@ def test_bad_zoo_num_threads_is_a_value_error_naming_it_before_training(monkeypa
 
 def test_cli_threads_use_the_same_rule(monkeypatch, restore_threads):
     monkeypatch.setenv("ZOO_NUM_THREADS", "2")
-    cli._threads(None)
+    parser = argparse.ArgumentParser()
+    cli._threads(parser, None)
     assert torch.get_num_threads() == 2
-    cli._threads(1)  # --threads wins over the environment
+    cli._threads(parser, 1)  # --threads wins over the environment
     assert torch.get_num_threads() == 1
     monkeypatch.delenv("ZOO_NUM_THREADS")
     torch.set_num_threads(2)
-    cli._threads(None)  # the command line's default is 1
+    cli._threads(parser, None)  # the command line's default is 1
     assert torch.get_num_threads() == 1
 
 

@@ -292,7 +292,7 @@ def test_empirical_bayes_moves_then_freezes():
     res = fit(model, guide, x, y, steps=60, lr=5e-2, progress=False)
     assert bool(model.prior.eb_frozen) and not model.prior.eb_trainable
     psi1 = model.prior.psi.clone()
-    assert torch.all((psi1 - psi0).abs() > 0.05)  # ψ moved towards the mean α (≈ 0.5-0.7 at init)
+    assert torch.all(psi1 - psi0 > 0.02)  # ψ moved up towards the mean α (≈ 0.5-0.7 at init)
     from zoo.infer.loop import resume
 
     resume(res, x, y, 40, progress=False)

@@ -8,15 +8,25 @@ does for ``open(..., "w")`` (the umask is never read or changed).
 
 A killed write leaves its temporary file behind; the next atomic write of the same ``NAME`` removes such
 orphans (:func:`remove_orphans`): temporary files of ``NAME`` whose writing process no longer runs.
+
+A *run folder* (several files that belong together, e.g. ``metrics.json``, ``checkpoint.pt`` and
+``posterior.nc`` of ``zoo fit --out DIR``) is written the same way, one level up (:func:`staged_folder`):
+everything goes into a temporary sibling folder ``.DIR.<pid>-<random>.tmp`` and is renamed into place only
+when every file is complete, so a failure (a full disk included) leaves the previous run untouched and no
+temporary behind.  :func:`atomic_write_many` does the same for a few files in a shared folder (all are
+written and fsynced before the first is renamed).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
 import secrets
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,22 +37,30 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_torch_save",
+    "atomic_write_many",
     "append_line",
+    "check_free_space",
+    "pid_alive",
     "remove_orphans",
+    "staged_folder",
+    "RunFolderError",
 ]
 
 logger = logging.getLogger(__name__)
 
 _TMP_SUFFIX = ".tmp"
+_OLD_SUFFIX = ".old"  # a previous run folder moved aside while a new one is renamed into place
 # the middle part of a temporary name: "<pid>-<hex>" (this module) or mkstemp's 8 characters (older zoos)
 _OURS = re.compile(r"(\d+)-[0-9a-f]+")
 
 
 def _tmp_pattern(name: str) -> re.Pattern:
-    return re.compile(rf"\.{re.escape(name)}\.([A-Za-z0-9_-]+){re.escape(_TMP_SUFFIX)}")
+    suffixes = f"{re.escape(_TMP_SUFFIX)}|{re.escape(_OLD_SUFFIX)}"
+    return re.compile(rf"\.{re.escape(name)}\.([A-Za-z0-9_-]+)({suffixes})")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
     if pid == os.getpid():
         return True  # another thread of this process may be writing it
     try:
@@ -51,7 +69,11 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # another user's live process
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):  # no /proc (not Linux): alive as far as kill() can tell
+        return True
 
 
 def remove_orphans(path: str | os.PathLike) -> list[Path]:
@@ -72,10 +94,18 @@ def remove_orphans(path: str | os.PathLike) -> list[Path]:
         if m is None:
             continue
         ours = _OURS.fullmatch(m.group(1))
-        if ours is not None and _pid_alive(int(ours.group(1))):
+        if ours is not None and pid_alive(int(ours.group(1))):
+            continue
+        if m.group(2) == _OLD_SUFFIX and not os.path.lexists(path):
+            # killed between moving the previous run aside and renaming the new one in: restore it
+            os.replace(entry.path, path)
+            logger.warning("restored the previous run %s left aside by a killed writer", path)
             continue
         try:
-            os.unlink(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
             removed.append(Path(entry.path))
         except FileNotFoundError:  # removed by a concurrent writer
             pass
@@ -91,10 +121,14 @@ def _check_target(path: Path) -> None:
         raise ValueError(f"path: folder {str(path.parent)!r} does not exist")
 
 
+def _tmp_name(path: Path, suffix: str = _TMP_SUFFIX) -> Path:
+    return path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}{suffix}"
+
+
 def _open_tmp(path: Path) -> tuple[Path, int]:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}{_TMP_SUFFIX}"
+        tmp = _tmp_name(path)
         try:
             return tmp, os.open(tmp, flags, 0o666)  # the OS applies the umask
         except FileExistsError:  # pragma: no cover - 48 random bits collided
@@ -156,3 +190,119 @@ def append_line(fh: IO[str], text: str) -> None:
     fh.write(text + "\n")
     fh.flush()
     os.fsync(fh.fileno())
+
+
+def atomic_write_many(files: Mapping[str | os.PathLike, bytes]) -> None:
+    """Replace several files together: each is written to its temporary and fsynced first, and only then
+    are they renamed into place, so a failure while writing (e.g. a full disk) replaces none of them."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            _check_target(path)
+            remove_orphans(path)
+            tmp, fd = _open_tmp(path)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for folder in {path.parent for _, path in staged}:
+        _fsync_dir(folder)
+
+
+def check_free_space(folder: str | os.PathLike, nbytes: int, what: str = "the file") -> None:
+    """Raise ``OSError(ENOSPC)`` naming ``what`` when ``folder``'s filesystem has less than ``nbytes`` free.
+
+    Used before writers that crash instead of raising on a full disk (h5py, under netCDF)."""
+    free = shutil.disk_usage(folder).free
+    if free < nbytes:
+        raise OSError(
+            errno.ENOSPC,
+            f"No space left on device: {what} needs about {nbytes / 2**20:.1f} MiB, "
+            f"{free / 2**20:.1f} MiB free in {str(folder)!r}",
+        )
+
+
+class RunFolderError(OSError):
+    """Writing a run folder failed (e.g. a full disk); the run that was at its path is untouched."""
+
+
+_ORPHAN = re.compile(r"\..+\.[A-Za-z0-9_-]+\.tmp")  # a temporary file a killed write left in a run folder
+
+
+def _entries(folder: Path) -> list[str]:
+    return [e.name for e in os.scandir(folder)]
+
+
+def _swap_in(staged: Path, path: Path) -> None:
+    """Put the staged folder at ``path``, moving an existing ``path`` aside first (restored by
+    :func:`remove_orphans` if the process is killed between the two renames)."""
+    if not os.path.lexists(path):
+        os.rename(staged, path)
+        return
+    old = _tmp_name(path, _OLD_SUFFIX)
+    os.rename(path, old)
+    os.rename(staged, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _merge_in(staged: Path, path: Path, owned: Callable[[str], bool]) -> None:
+    """Replace ``path``'s owned entries by the staged ones, leaving its other entries alone."""
+    trash = _tmp_name(path, _TMP_SUFFIX)
+    trash.mkdir()
+    for name in _entries(path):
+        if owned(name):
+            os.replace(path / name, trash / name)
+    for name in _entries(staged):
+        remove_orphans(path / name)
+        os.replace(staged / name, path / name)
+    shutil.rmtree(trash, ignore_errors=True)
+    os.rmdir(staged)
+
+
+@contextlib.contextmanager
+def staged_folder(path: str | os.PathLike, owned: Callable[[str], bool]) -> Iterator[Path]:
+    """Write a run folder atomically: yields an empty temporary sibling folder to write into; when the
+    block ends without error its content replaces the run at ``path``.
+
+    ``owned(name)`` says which entries of ``path`` belong to a run (e.g. ``metrics.json``).  When ``path``
+    does not exist or holds only such entries, the staged folder is renamed to ``path`` (the previous
+    folder is moved aside and deleted); when it holds other files too (or is the working directory) the
+    run's entries are replaced one by one (renames only, after everything is written) and the others are
+    kept.  On an error (including ``KeyboardInterrupt``) the temporary folder is removed and ``path`` is
+    untouched; an ``OSError`` is raised again as :class:`RunFolderError` naming ``path``.  Temporaries of
+    killed writers are removed first (:func:`remove_orphans`).
+    """
+    path = Path(os.path.abspath(path))
+    if os.path.lexists(path) and not path.is_dir():
+        raise ValueError(f"path {str(path)!r} exists and is not a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_orphans(path)
+    staged = _tmp_name(path)
+    staged.mkdir()
+    try:
+        yield staged
+        whole = not path.exists() or (
+            path != Path(os.getcwd()) and all(owned(n) or _ORPHAN.fullmatch(n) for n in _entries(path))
+        )
+        if whole:
+            _swap_in(staged, path)
+        else:
+            _merge_in(staged, path, owned)
+    except BaseException as e:
+        shutil.rmtree(staged, ignore_errors=True)
+        if isinstance(e, OSError) and not isinstance(e, RunFolderError):
+            raise RunFolderError(
+                e.errno,
+                f"cannot write the run folder {str(path)!r}: {e.strerror or e}; what was there is untouched "
+                "and no temporary is left",
+            ) from e
+        raise
+    _fsync_dir(path.parent)

@@ -30,6 +30,7 @@ from zoo.core.gaussian import GaussianPrior
 from zoo.core.guide import ClosedFormGuide
 from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.model import BayesianModel
+from zoo.infer.distributed import data_count, data_sum
 from zoo.ops.expectations import (
     LOG_2PI,
     expected_log_inverse_gamma,
@@ -74,6 +75,9 @@ class LinearRegressionCAVIGuide(ClosedFormGuide):
     """
 
     uses_gradients = False
+    #: data parallel (:mod:`zoo.infer.distributed`): ``X^T X``, ``X^T y``, ``N`` and the expected residual
+    #: sum of squares are all-reduced over the ranks' rows; there are no per-datapoint factors
+    data_parallel = True
 
     def __init__(self, model: BayesianModel) -> None:
         super().__init__()
@@ -91,7 +95,14 @@ class LinearRegressionCAVIGuide(ClosedFormGuide):
         pyro.sample("sigma2", dist.InverseGamma(self.a, self.b))
 
     def _stats(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return x.T @ x, x.T @ y, y @ y
+        return data_sum(x.T @ x), data_sum(x.T @ y), data_sum(y @ y)
+
+    def shard_rows(self, model: BayesianModel, x: Tensor, y: Tensor, rows: slice) -> None:
+        """Nothing to split: every factor is global (the data-parallel protocol of
+        :mod:`zoo.infer.distributed`)."""
+
+    def gather_rows(self, n: int) -> None:
+        """Nothing to collect (see :meth:`shard_rows`)."""
 
     def expected_sq_residual(self, x: Tensor, y: Tensor) -> Tensor:
         """``E_q ||y - X w||^2 = ||y - X m||^2 + tr(X S X^T)``."""
@@ -118,16 +129,17 @@ class LinearRegressionCAVIGuide(ClosedFormGuide):
         cov = l_inv.T @ l_inv
         self.scale_tril.copy_(torch.linalg.cholesky(cov))
         self.m.copy_(e_prec * torch.cholesky_solve(xty.unsqueeze(-1), chol_prec).squeeze(-1))
-        self.a.copy_(lik.concentration + 0.5 * x.shape[0])
-        self.b.copy_(lik.rate + 0.5 * self.expected_sq_residual(x, y))
+        self.a.copy_(lik.concentration + 0.5 * data_count(x.shape[0]))
+        self.b.copy_(lik.rate + 0.5 * data_sum(self.expected_sq_residual(x, y)))
 
     def closed_form_elbo(
         self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
     ) -> float:
         prior, lik = _check_model(model)
-        n, d = x.shape
+        n = data_count(x.shape[0])
         _, e_prec, e_log_s2 = inverse_gamma_moments(self.a, self.b)
-        loglik = -0.5 * n * (LOG_2PI + e_log_s2) - 0.5 * e_prec * self.expected_sq_residual(x, y)
+        sq = data_sum(self.expected_sq_residual(x, y))
+        loglik = -0.5 * n * (LOG_2PI + e_log_s2) - 0.5 * e_prec * sq
         second = self.m**2 + (self.scale_tril**2).sum(-1)
         log_pw = expected_log_normal(second, prior.weight_scale**2).sum()
         log_ps2 = expected_log_inverse_gamma(lik.concentration, lik.rate, e_log_s2, e_prec)

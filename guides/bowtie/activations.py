@@ -27,6 +27,7 @@ from guides.bowtie.moments import Moments, forward_moments, layer_pre_moments, r
 from guides.bowtie.noise import noise_precision
 from guides.bowtie.state import Globals, Hyper, Locals
 from zoo.families.bowtie.model import pg_mean
+from zoo.infer.distributed import data_sum
 
 __all__ = [
     "update_omega",
@@ -157,7 +158,7 @@ def fit_local_loop(
     prev, cur, it = None, math.nan, 0
     for it in range(1, max_iters + 1):  # noqa: B007
         mom = local_sweep(hyp.temp, g, x, y, loc)
-        cur = float(local_elbo(hyp, g, loc, mom, y).sum())
+        cur = float(data_sum(local_elbo(hyp, g, loc, mom, y).sum()))  # all ranks stop together
         if prev is not None and abs(cur - prev) / max(1.0, abs(cur)) < tol:
             break
         prev = cur

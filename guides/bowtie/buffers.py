@@ -122,6 +122,27 @@ class BowtieGuideState(ClosedFormGuide):
             same = bool(self.initialized) and self._b("rho", 0).shape[0] == x.shape[0]
         return self.train_locals if same else None
 
+    # ------------------------------------------------------------------ data parallelism
+    def shard_rows(self, model, x: Tensor, y: Tensor, rows: slice) -> None:
+        """Keep the training locals of ``rows`` only (one rank of a data-parallel full-batch fit,
+        :mod:`zoo.infer.distributed`), initializing on all ``N`` rows first if the guide holds no locals of
+        them — the same random initialization as a single-process fit."""
+        if not bool(self.initialized) or self._b("rho", 0).shape[0] != x.shape[0]:
+            self.initialize(model, x, y)
+        for k in range(self.num_hidden):
+            for name in Locals.FIELDS:
+                self._set(f"{name}{k}", self._b(name, k)[rows])
+        self._train_x = x[rows].to(F64)
+
+    def gather_rows(self, n: int) -> None:
+        """Collect every rank's training locals back into all ``n`` rows (inverse of :meth:`shard_rows`)."""
+        from zoo.infer.distributed import gather_rows
+
+        for k in range(self.num_hidden):
+            for name in Locals.FIELDS:
+                self._set(f"{name}{k}", gather_rows(self._b(name, k), n))
+        self._train_x = None
+
     @contextlib.contextmanager
     def pruned(self, masks: dict[str, Tensor]) -> Iterator[BowtieGuideState]:
         """Within the block, ``q(b, W)`` of every row is restricted to the surviving weights (§3.4,

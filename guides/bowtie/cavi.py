@@ -23,6 +23,12 @@ fixed (no ``y`` term; the gate of layer ``l + 1`` enters ``S_{*,l}``) until the 
 changes by less than ``predict_tol``; the closed-form mean and variance are returned with per-draw
 locations/scales from the Monte Carlo scheme of Eq. (25).  :meth:`BowtieCAVIGuide.sparsity_report`
 implements Bayesian-FDR edge selection and node pruning (§3.4, :mod:`guides.bowtie.pruning`).
+
+Distributed CAVI (``nproc > 1``, :mod:`zoo.infer.distributed`): the global updates need the data only
+through sums over points (Eq. 15's residual sums, Eq. 16's Gram matrices and cross terms, the local ELBO
+terms of App. B), so each rank sweeps its own rows' locals and the sums are all-reduced; the sweep equals the
+single-process sweep up to rounding.  The per-datapoint factors are split by :meth:`shard_rows` and
+collected by :meth:`gather_rows`.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from zoo.core.validation import check_positive_int, check_probability
 from zoo.experiments.ensemble import combine_predictions
 from zoo.families.bowtie.model import BowtieModel
 from zoo.families.bowtie.prior import GaussianBowtiePrior
+from zoo.infer.distributed import data_count, data_sum
 from zoo.infer.predict import Predictions
 
 __all__ = ["BowtieCAVIGuide", "BowtieGuideOptions", "ensemble_predictions"]
@@ -74,6 +81,8 @@ class BowtieCAVIGuide(BowtieGuideState):
     """
 
     uses_gradients = False
+    #: distributed CAVI (:mod:`zoo.infer.distributed`): every data sum of a sweep goes through ``data_sum``
+    data_parallel = True
 
     def __init__(
         self, model: BowtieModel, options: BowtieGuideOptions | Mapping | None = None, **kwargs
@@ -129,7 +138,7 @@ class BowtieCAVIGuide(BowtieGuideState):
             self._store_layers("dpsi", update_psi(hyp, self.q))
         cb("psi")
         mom = forward_moments(x, loc)  # the eta update leaves the locals unchanged: one forward pass for both
-        self._store_noise(*noise_factors(hyp, self.q, loc, mom, y, x.shape[0]))
+        self._store_noise(*noise_factors(hyp, self.q, loc, mom, y, data_count(x.shape[0])))
         cb("eta")
         update_omega(hyp.temp, self.q, loc, mom)
         self._store_locals(loc)
@@ -154,7 +163,8 @@ class BowtieCAVIGuide(BowtieGuideState):
         """The exact ELBO (App. B) at the current parameters, in nats (sum over data, full KL)."""
         x, y = as_float64(x, y)
         hyp, g, loc = Hyper.from_model(model), self.q, self.train_locals
-        return float(global_elbo(hyp, g) + local_elbo(hyp, g, loc, forward_moments(x, loc), y).sum())
+        local = data_sum(local_elbo(hyp, g, loc, forward_moments(x, loc), y).sum())
+        return float(global_elbo(hyp, g) + local)
 
     def initialize(self, model, x: Tensor, y: Tensor) -> None:
         """Data-driven random initialization (Algorithm 3, App. D.1; :mod:`guides.bowtie.init`)."""
@@ -192,7 +202,7 @@ class BowtieCAVIGuide(BowtieGuideState):
             raise ValueError("subsample must be a non-empty 1-d tensor of row indices")
         x, y = as_float64(x, y)
         xb, yb = x.index_select(0, subsample), y.index_select(0, subsample)
-        scale = x.shape[0] / len(subsample)
+        scale = x.shape[0] / data_count(len(subsample))  # the global minibatch under data parallelism
         step = (2.0 + float(self.svi_step)) ** (-self.forgetting_rate)
         hyp = Hyper.from_model(model)
         loc = forward_init_locals(hyp.temp, self.q, xb, self.local_init_cov)
@@ -209,7 +219,7 @@ class BowtieCAVIGuide(BowtieGuideState):
             self._em_step(model)
         hyp, g = Hyper.from_model(model), self.q
         mom = forward_moments(xb, loc)
-        self._svi_elbo = float(global_elbo(hyp, g) + scale * local_elbo(hyp, g, loc, mom, yb).sum())
+        self._svi_elbo = float(global_elbo(hyp, g) + scale * data_sum(local_elbo(hyp, g, loc, mom, yb).sum()))
         return self._svi_elbo
 
     def refresh_locals(self, model, x: Tensor, y: Tensor) -> float:

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from guides.bowtie.moments import Moments, layer_pre_moments
 from guides.bowtie.state import Globals, Hyper, Locals
+from zoo.infer.distributed import data_sum
 from zoo.ops.expectations import inverse_gamma_moments
 
 __all__ = ["noise_precision", "noise_log_moments", "expected_squares", "noise_factors", "blend_beta"]
@@ -49,15 +50,16 @@ def noise_factors(
     hyp: Hyper, g: Globals, loc: Locals, mom: Moments, y: Tensor, n_total: int, scale: float = 1.0
 ) -> tuple[list[Tensor], list[Tensor]]:
     """Eq. (15): ``(alpha, beta)`` of every hidden layer and (last) of the output noise; data sums multiplied
-    by ``scale`` (SVI: ``N/|S|``)."""
+    by ``scale`` (SVI: ``N/|S|``) and completed over the ranks of a data-parallel fit
+    (:func:`zoo.infer.distributed.data_sum`; ``n_total`` is then the global ``N``)."""
     a0h, b0h = hyp.hidden_noise
     alphas, betas = [], []
     for k in range(g.num_hidden):
         alphas.append((a0h + 0.5 * n_total).expand(hyp.widths[k + 1]).clone())
-        betas.append(b0h + 0.5 * scale * expected_squares(g, loc, mom, y, k).sum(0))
+        betas.append(b0h + 0.5 * scale * data_sum(expected_squares(g, loc, mom, y, k).sum(0)))
     a0, b0 = hyp.noise
     alphas.append(a0 + 0.5 * n_total * hyp.widths[-1])
-    betas.append(b0 + 0.5 * scale * expected_squares(g, loc, mom, y, g.num_hidden).sum())
+    betas.append(b0 + 0.5 * scale * data_sum(expected_squares(g, loc, mom, y, g.num_hidden).sum()))
     return alphas, betas
 
 

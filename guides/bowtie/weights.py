@@ -22,6 +22,7 @@ from guides.bowtie.noise import noise_precision
 from guides.bowtie.scales import prior_precision
 from guides.bowtie.state import Globals, Hyper, Locals
 from zoo.families.bowtie.model import pg_mean
+from zoo.infer.distributed import data_sum
 
 __all__ = ["weight_natural", "update_weights", "blend_rows"]
 
@@ -30,7 +31,8 @@ def weight_natural(
     hyp: Hyper, g: Globals, loc: Locals, mom: Moments, y: Tensor | None, k: int, scale: float = 1.0
 ) -> tuple[Tensor, Tensor]:
     """Eq. (16) natural parameters ``(B^{-1}, B^{-1} m)`` of every unit of layer ``k`` (batched over units);
-    data sums multiplied by ``scale`` (SVI: ``N/|S|``)."""
+    data sums multiplied by ``scale`` (SVI: ``N/|S|``) and completed over the ranks of a data-parallel fit
+    (:func:`zoo.infer.distributed.data_sum`: the sufficient statistics of distributed CAVI)."""
     temp = hyp.temp
     e = noise_precision(g, k)
     amean, aa = mom.amean[k], mom.AA[k]
@@ -41,8 +43,8 @@ def weight_natural(
         rho = loc.rho[k]
         c = e * rho + pg_mean(loc.A[k]) / temp**2
         rhs = torch.einsum("nd,ndi->di", e * rho, mom.cross[k]) + ((rho - 0.5) / temp).T @ amean
-    prec = scale * torch.einsum("nd,nij->dij", c, aa) + torch.diag_embed(prior_precision(hyp, g, k))
-    return prec, scale * rhs
+    prec = scale * data_sum(torch.einsum("nd,nij->dij", c, aa)) + torch.diag_embed(prior_precision(hyp, g, k))
+    return prec, scale * data_sum(rhs)
 
 
 def update_weights(

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 __all__ = ["Config", "resolve"]
 
-C = TypeVar("C", bound="Config")
+ConfigT = TypeVar("ConfigT", bound="Config")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Config:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls: type[C], data: Mapping[str, Any] | None, *, what: str | None = None) -> C:
+    def from_dict(cls: type[ConfigT], data: Mapping[str, Any] | None, *, what: str | None = None) -> ConfigT:
         """Build from a mapping; an unknown key is a ``ValueError`` naming it and the valid keys."""
         data = dict(data or {})
         unknown = sorted(set(data) - set(cls.field_names()))
@@ -56,7 +56,7 @@ class Config:
             raise ValueError(f"{label}: unknown option(s) {unknown}; valid: {sorted(cls.field_names())}")
         return cls(**data)
 
-    def replace(self: C, **changes: Any) -> C:
+    def replace(self: ConfigT, **changes: Any) -> ConfigT:
         """A copy with ``changes`` applied (validated again); unknown names are a ``ValueError``."""
         unknown = sorted(set(changes) - set(self.field_names()))
         if unknown:
@@ -64,7 +64,9 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
-def resolve(cls: type[C], config: C | Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> C:
+def resolve(
+    cls: type[ConfigT], config: ConfigT | Mapping[str, Any] | None, kwargs: Mapping[str, Any]
+) -> ConfigT:
     """The config a call site means: ``config`` (an instance or a mapping), updated by keyword ``kwargs``.
 
     Lets a function take either ``f(options=Cls(...))`` or the keyword form ``f(a=1, b=2)`` it had before

@@ -47,7 +47,16 @@ __all__ = [
     "check_optional",
     "check_device_name",
     "check_mapping",
+    "check_seed",
+    "MAX_SEED",
+    "DEVICE_TYPES",
 ]
+
+#: the largest seed every generator the zoo seeds accepts (numpy's legacy seeding takes ``0 .. 2**32 - 1``)
+MAX_SEED = 2**32 - 1
+
+#: device types the zoo trains on (``meta``, ``xla``, ... cannot run a fit)
+DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
 def check_tensor(
@@ -84,6 +93,15 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return value
+
+
+def check_seed(name: str, value: object) -> int:
+    """A seed: an ``int`` (not ``bool``, not a float such as ``1e20``) in ``0 .. 2**32 - 1``, the range
+    that Pyro's ``set_rng_seed`` (torch, numpy and ``random`` together) accepts."""
+    check_positive_int(name, value, allow_zero=True)
+    if value > MAX_SEED:  # type: ignore[operator]
+        raise ValueError(f"{name} must be <= 2**32 - 1 = {MAX_SEED}, got {value}")
+    return value  # type: ignore[return-value]
 
 
 def check_positive(name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -134,18 +152,41 @@ def check_same_device(device: torch.device, **tensors: Tensor | None) -> None:
             )
 
 
+def _parse_device(name: str, device: object) -> torch.device:
+    """``device`` parsed by torch, of a type in :data:`DEVICE_TYPES`; else ``ValueError`` naming ``name``."""
+    try:
+        dev = torch.device(device)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"{name}: cannot parse {device!r} ({e}); use 'cpu' or 'cuda[:N]'") from None
+    if dev.type not in DEVICE_TYPES:
+        raise ValueError(
+            f"{name}: {device!r} is not a device a fit can run on; use one of {', '.join(DEVICE_TYPES)} "
+            "(e.g. 'cpu' or 'cuda:0')"
+        )
+    return dev
+
+
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """Device from the argument, else ``ZOO_DEVICE``, else CPU.  ``"cuda"`` without CUDA is an error."""
+    """Device from the argument, else ``ZOO_DEVICE``, else CPU; it must exist on this machine: ``"cuda"``
+    without CUDA, ``"cuda:3"`` with fewer GPUs, ``"mps"`` without MPS or a type such as ``"meta"`` are a
+    ``ValueError`` naming ``device``."""
     import os
 
+    name = "device"
     if device is None:
         device = os.environ.get("ZOO_DEVICE", "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device: cannot parse {device!r} ({e})") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available")
+        name = "device (from ZOO_DEVICE)"
+    dev = _parse_device(name, device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}={device!r} requested but CUDA is not available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{name}={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            )
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}={device!r} requested but MPS is not available")
     return dev
 
 
@@ -310,15 +351,13 @@ def check_optional(name: str, value: object, check: Callable[..., object], **kw:
 
 
 def check_device_name(name: str, value: object) -> None:
-    """A device string torch can parse (availability is checked when the fit starts)."""
+    """A device string torch can parse, of a type in :data:`DEVICE_TYPES` (whether it exists on this
+    machine is checked by :func:`resolve_device` when the fit starts)."""
     if value is None:
         return
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a device name such as 'cpu' or 'cuda', got {type(value).__name__}")
-    try:
-        torch.device(value)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"{name}: cannot parse {value!r} ({e})") from None
+    _parse_device(name, value)
 
 
 def check_mapping(name: str, value: object) -> None:

@@ -18,7 +18,7 @@ from zoo.data.checks import infer_task
 from zoo.data.core import Dataset, data_root, from_arrays, random_split, standardize
 from zoo.data.embedded import load_breast_cancer, load_diabetes, load_digits
 from zoo.data.images import SPLIT_SEED_10K, load_mnist_like, load_ood_images, read_idx
-from zoo.data.registry import DATASETS, is_table_name, load_dataset
+from zoo.data.registry import DATASETS, is_dataset_name, is_table_name, load_dataset
 from zoo.data.synthetic import (
     LOGISTIC_BETA,
     LOGISTIC_INTERCEPT,
@@ -48,6 +48,7 @@ __all__ = [
     "data_root",
     "from_arrays",
     "infer_task",
+    "is_dataset_name",
     "is_table_name",
     "load_breast_cancer",
     "load_dataset",

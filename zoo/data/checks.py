@@ -102,11 +102,14 @@ def _check_rows(name: str, y: np.ndarray, n: int) -> None:
 
 
 def check_regression_targets(name: str, value: object, n: int) -> np.ndarray:
-    """A finite ``float64`` target ``(n,)`` or ``(n, k)``."""
+    """A finite ``float64`` target ``(n,)`` or ``(n, k)`` with ``k >= 2``; one column ``(n, 1)`` is squeezed
+    to ``(n,)`` (a single-output likelihood scores ``(n,)``: ``(n, 1)`` would broadcast to ``(n, n)``)."""
     y = _numeric(name, value).astype(np.float64)
     _check_rows(name, y, n)
-    if y.ndim > 2:
+    if y.ndim > 2 or (y.ndim == 2 and y.shape[1] == 0):
         raise ValueError(f"{name} must have shape (n,) or (n, k) for regression, got {y.shape}")
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
     _check_finite(name, y)
     return y
 

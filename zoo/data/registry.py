@@ -40,9 +40,9 @@ from zoo.data.core import Dataset, check_split, from_arrays
 from zoo.data.cv import CV_PREFIX, cross_validation_dataset
 from zoo.data.splits import random_split_dataset
 from zoo.data.tables import TABLE_FORMATS, TableOptions, load_table
-from zoo.data.uci import UCI_FOLDERS, load_uci
+from zoo.data.uci import UCI_FOLDERS, load_uci, resolve_uci_name
 
-__all__ = ["DATASETS", "is_table_name", "load_dataset"]
+__all__ = ["DATASETS", "is_dataset_name", "is_table_name", "load_dataset"]
 
 _TOY_DATA_SEED = 0  # synthetic sets drawn once: the data seed; the split seed is `split`
 
@@ -186,6 +186,28 @@ def _table(
 def is_table_name(name: str) -> bool:
     """Whether ``name`` names a table file (``csv:PATH`` or ``npz:PATH``)."""
     return isinstance(name, str) and name.strip().partition(":")[0] in TABLE_FORMATS
+
+
+def is_dataset_name(name: object) -> bool:
+    """Whether ``name`` has a form :func:`load_dataset` takes (without loading anything): a name from
+    :data:`DATASETS`, ``uci:<folder or alias>``, ``cv10:<tabular name>`` or a table file ``csv:PATH`` /
+    ``npz:PATH``."""
+    if not isinstance(name, str):
+        return False
+    key = name.strip()
+    if key in DATASETS or is_table_name(key):
+        return True
+    if key.startswith("uci:"):
+        try:
+            resolve_uci_name(key[len("uci:") :])
+        except ValueError:
+            return False
+        return True
+    if key.startswith(CV_PREFIX):
+        base = key[len(CV_PREFIX) :]
+        tabular = not base.startswith(CV_PREFIX) and base not in ("mnist10k", "kmnist10k")
+        return tabular and is_dataset_name(base)
+    return False
 
 
 def load_dataset(

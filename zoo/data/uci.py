@@ -101,6 +101,39 @@ def _read_ints(path: Path) -> np.ndarray:
     return ints
 
 
+def _check_columns(folder: Path, features: np.ndarray, target: int, n_cols: int) -> None:
+    """The feature and target columns exist, features are distinct and do not include the target."""
+    where = f"in {str(folder)!r}"
+    if features.size == 0 or features.min() < 0 or features.max() >= n_cols:
+        raise ValueError(
+            f"index_features.txt {where} must list columns in [0, {n_cols}), got {features.tolist()}"
+        )
+    if not 0 <= target < n_cols:
+        raise ValueError(f"index_target.txt {where} must name a column in [0, {n_cols}), got {target}")
+    if np.unique(features).size != features.size:
+        raise ValueError(f"index_features.txt {where} repeats a column: {features.tolist()}")
+    if target in set(features.tolist()):
+        raise ValueError(
+            f"index_features.txt {where} lists the target column {target} (index_target.txt): the model "
+            "would see its own target as an input"
+        )
+
+
+def _check_indices(folder: Path, split: int, train: np.ndarray, test: np.ndarray, n: int) -> None:
+    """Split indices lie in ``[0, n)``, neither part repeats a row, and the parts do not overlap."""
+    where = f"in {str(folder)!r}"
+    for label, idx in (("train", train), ("test", test)):
+        if idx.size == 0 or idx.min() < 0 or idx.max() >= n:
+            raise ValueError(f"index_{label}_{split}.txt {where} has indices outside [0, {n})")
+        if np.unique(idx).size != idx.size:
+            raise ValueError(
+                f"index_{label}_{split}.txt {where} repeats rows ({idx.size - np.unique(idx).size} duplicate "
+                "index(es)): each row may appear once"
+            )
+    if np.intersect1d(train, test).size:
+        raise ValueError(f"train and test indices of split={split} {where} overlap")
+
+
 def _load_standard(folder: Path, split: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
     n_splits_file = folder / "n_splits.txt"
     n_splits = int(_read_ints(n_splits_file)[0])
@@ -113,12 +146,8 @@ def _load_standard(folder: Path, split: int) -> tuple[np.ndarray, np.ndarray, np
     target = int(_read_ints(folder / "index_target.txt")[0])
     train_idx = _read_ints(folder / f"index_train_{split}.txt")
     test_idx = _read_ints(folder / f"index_test_{split}.txt")
-    n = data.shape[0]
-    for label, idx in (("train", train_idx), ("test", test_idx)):
-        if idx.size == 0 or idx.min() < 0 or idx.max() >= n:
-            raise ValueError(f"index_{label}_{split}.txt in {str(folder)!r} has indices outside [0, {n})")
-    if np.intersect1d(train_idx, test_idx).size:
-        raise ValueError(f"train and test indices of split={split} in {str(folder)!r} overlap")
+    _check_columns(folder, features, target, data.shape[1])
+    _check_indices(folder, split, train_idx, test_idx, data.shape[0])
     meta = {
         "source": str(data_file),
         "protocol": (

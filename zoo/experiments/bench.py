@@ -28,6 +28,7 @@ from zoo.core.config import Config
 from zoo.core.validation import check_mapping, check_positive_int
 from zoo.data import TableOptions, is_table_name, load_dataset
 from zoo.experiments.config import RunConfig
+from zoo.experiments.dispatch import DispatchConfig
 from zoo.experiments.journal import JournalMismatch, describe_difference, read_journal, run_journaled
 from zoo.experiments.runs import dumps_json
 from zoo.experiments.suites import Suite
@@ -160,7 +161,7 @@ class BenchPlan:
 
     def _load(self, dataset: str, split: int):
         table = self.table if is_table_name(dataset) else None
-        return load_dataset(dataset, split, data_dir=self.data_dir, table=table)
+        return load_bench_dataset(dataset, split, self.data_dir, table)
 
     def preflight(self) -> dict[str, dict]:
         """Load every dataset once and build every spec on it; returns per (label, dataset) fit settings.
@@ -182,7 +183,12 @@ class BenchPlan:
                     logger.warning("%s does not fit %s data: skipped on %s", spec.label, ds.task, dataset)
                     settings[f"{spec.label}|{dataset}"] = {"skip": True, "task": ds.task}
                     continue
-                hidden = () if tuple(entry.default_hidden) == () else tuple(self.suite.hidden)
+                hidden = (
+                    ()
+                    if tuple(entry.default_hidden) == ()
+                    else tuple(ds.meta.get("hidden", self.suite.hidden))
+                )
+                options = {**ds.meta.get("model_options", {}).get(spec.model, {}), **spec.options}
                 try:
                     _, guide, _ = build(
                         spec.model,
@@ -192,23 +198,30 @@ class BenchPlan:
                         hidden=hidden,
                         guide=spec.guide,
                         guide_options=dict(spec.guide_options),
-                        **spec.options,
+                        **options,
                     )
                 except (TypeError, ValueError) as e:
                     raise type(e)(f"{spec.label} on {dataset}: {e}") from None
                 cavi = not getattr(guide, "uses_gradients", True)  # pure CAVI, as zoo.infer.loop
-                settings[f"{spec.label}|{dataset}"] = {"hidden": hidden, "cavi": cavi, "task": ds.task}
+                settings[f"{spec.label}|{dataset}"] = {
+                    "hidden": hidden,
+                    "cavi": cavi,
+                    "task": ds.task,
+                    "options": options,
+                }
         for spec in self.specs:
             if all(settings[f"{spec.label}|{d}"].get("skip") for d in self.suite.datasets):
                 raise ValueError(f"{spec.label} fits none of the datasets of suite {self.suite.name}")
         return settings
 
-    def run_config(self, spec: BenchSpec, hidden: tuple[int, ...], cavi: bool, split: int, seed: int) -> dict:
-        b = self.suite.budget
+    def run_config(self, spec: BenchSpec, st: Mapping, split: int, seed: int) -> dict:
+        """The :class:`RunConfig` (as a dict) of one fit; ``st``: the (spec, dataset) settings of
+        :meth:`preflight` (hidden widths, CAVI or not, the builder options)."""
+        b, cavi = self.suite.budget, st["cavi"]
         steps = self.steps if self.steps is not None else (b.cavi_sweeps if cavi else b.steps)
         cfg = RunConfig(
             split=split,
-            hidden=hidden,
+            hidden=tuple(st["hidden"]),
             guide=spec.guide,
             steps=steps,
             lr=b.lr,
@@ -217,7 +230,7 @@ class BenchPlan:
             progress=False,
             num_samples=b.num_samples,
             data_dir=self.data_dir,
-            options=dict(spec.options),
+            options=dict(st.get("options", spec.options)),
             guide_options=dict(spec.guide_options),
         )
         return cfg.to_dict()
@@ -235,7 +248,7 @@ class BenchPlan:
                 for split in self.effective_splits:
                     for k in range(self.seeds):
                         seed = split + SEED_STRIDE * k
-                        cfg = self.run_config(spec, st["hidden"], st["cavi"], split, seed)
+                        cfg = self.run_config(spec, st, split, seed)
                         out.append(
                             FitTask(
                                 spec.label,
@@ -278,6 +291,16 @@ def _scalars(metrics: Mapping) -> dict:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
 
+def load_bench_dataset(dataset: str, split: int, data_dir, table) -> Any:
+    """A suite's dataset: a registry name, an own table (``table``) or a stored reference instance
+    (``reference:NAME``, :mod:`zoo.experiments.reference_suite`)."""
+    from zoo.experiments.reference_suite import is_reference_name, load_reference_dataset
+
+    if is_reference_name(dataset):
+        return load_reference_dataset(dataset, split, data_dir)
+    return load_dataset(dataset, split, data_dir=data_dir, table=table)
+
+
 def fit_task(task: FitTask) -> dict:
     """Run one fit (in this process, one torch thread) and return its row."""
     import pyro
@@ -295,7 +318,7 @@ def fit_task(task: FitTask) -> dict:
             load_plugin(p)
     t0 = time.perf_counter()
     cfg = RunConfig.from_dict(task.config)
-    ds = load_dataset(task.dataset, task.split, data_dir=cfg.data_dir, table=task.table)
+    ds = load_bench_dataset(task.dataset, task.split, cfg.data_dir, task.table)
     run = fit_on_dataset(task.model, ds, cfg)
     metrics = dict(run.metrics)
     if task.selection and "tpr" not in metrics:
@@ -362,9 +385,13 @@ def run_fits(
     jobs: int = 1,
     progress: bool = True,
     tasks: Sequence[FitTask] | None = None,
+    dispatch: DispatchConfig | None = None,
 ) -> dict:
     """Fit every task of ``plan`` not done yet in ``out_dir`` and write ``DIR/bench.json`` atomically
     (``{"signature", "rows", "wall_seconds"}``; the journal is removed).  Returns that document.
+
+    Fits run on ``dispatch``'s backend (:mod:`zoo.experiments.dispatch`; default ``jobs`` loky worker
+    processes); the rows do not depend on the backend.
 
     ``tasks`` defaults to ``plan.tasks()`` (preflight included).  Raises :class:`JournalMismatch` for an
     ``out_dir`` holding another bench, before any fit."""
@@ -385,7 +412,7 @@ def run_fits(
         done=done,
         key=row_key,
         task_key=lambda t: t.key,
-        jobs=jobs,
+        dispatch_config=dispatch or DispatchConfig(jobs=jobs),
         on_row=_progress if progress else None,
     )
     rows = [results[t.key] for t in tasks]

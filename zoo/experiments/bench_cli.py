@@ -42,6 +42,9 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--out", required=True)
     b.add_argument("--seeds", type=int, default=1, help="seeds per split (seed k of split s: s + 1000 k)")
     b.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
+    from zoo.experiments.dispatch import add_dispatch_arguments
+
+    add_dispatch_arguments(b)  # --backend {loky,dask,ray} --address
     b.add_argument("--steps", type=int, default=None, help="override the budget (smoke run, off budget)")
     b.add_argument("--splits", default=None, help="e.g. 0-0 or 0,2 (smoke run unless the suite's own)")
     for flag, what in (("--option", "model builder"), ("--guide-option", "guide")):
@@ -69,14 +72,16 @@ def _positive(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 def _spec(parser: argparse.ArgumentParser, a: argparse.Namespace):
     from zoo.experiments.bench import parse_spec
-    from zoo.experiments.cli_common import parse_options
+    from zoo.experiments.cli_common import option_hints, parse_options
 
+    model, _, guide = a.spec.partition(":")
+    hints = dict(zip(("option", "guide_option"), option_hints(model, guide or None)))  # typed values
     opts = {}
     for flag, attr in (("--option", "option"), ("--guide-option", "guide_option")):
         try:
-            opts[attr] = parse_options(getattr(a, attr))
+            opts[attr] = parse_options(getattr(a, attr), hints[attr])
         except ValueError as e:
-            parser.error(f"argument {flag}: expected KEY=VALUE, got {e.args[0]!r}")
+            parser.error(f"argument {flag}: {e}")
     try:
         return parse_spec(a.spec, opts["option"], opts["guide_option"])
     except (TypeError, ValueError) as e:
@@ -129,10 +134,14 @@ def _suite(parser: argparse.ArgumentParser, a: argparse.Namespace, splits):
 def _plan(parser: argparse.ArgumentParser, a: argparse.Namespace):
     """The :class:`~zoo.experiments.bench.BenchPlan` and its fits, checked before anything runs."""
     from zoo.experiments.bench import BenchPlan, check_out
-    from zoo.experiments.cli_common import parse_splits
+    from zoo.experiments.cli_common import check_out_dir, parse_splits
     from zoo.experiments.journal import JournalMismatch
 
     _positive(parser, a)
+    try:
+        check_out_dir(a.out)
+    except ValueError as e:
+        parser.error(f"argument --out: {e}")
     try:
         splits = parse_splits(a.splits)
     except ValueError:
@@ -173,10 +182,19 @@ def bench_command(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: 
     from zoo.infer.threads import apply_num_threads
 
     plan, tasks = _plan(parser, a)
-    apply_num_threads(None, default=1)
+    try:
+        apply_num_threads(None, default=1)  # ZOO_NUM_THREADS, capped at the cores
+    except ValueError as e:
+        parser.error(f"argument ZOO_NUM_THREADS: {e}")
     if not a.no_progress:
         log_progress()
-    doc = run_fits(plan, a.out, jobs=a.jobs, progress=not a.no_progress, tasks=tasks)
+    from zoo.experiments.dispatch import DispatchError, dispatch_config
+
+    dispatch = dispatch_config(parser, a)
+    try:
+        doc = run_fits(plan, a.out, jobs=a.jobs, progress=not a.no_progress, tasks=tasks, dispatch=dispatch)
+    except DispatchError as e:  # a cluster that cannot be reached: raised before any fit
+        parser.error(f"argument {e.flag}: {e}")
     bench_label = plan.specs[0].label
     bench_rows = [r for r in doc["rows"] if r["label"] == bench_label]
     if plan.table is not None or a.dataset is not None:

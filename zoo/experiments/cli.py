@@ -6,38 +6,51 @@ from outside the package first (:mod:`zoo.experiments.plugins`).  ``zoo fit`` ta
 an own table file (``--dataset csv:PATH --target COLUMN``, :mod:`zoo.experiments.cli_data`) and refuses an
 ``--out`` folder holding an earlier run unless ``--overwrite`` is given.
 
-Every argument is validated before anything is written; a bad argument is a usage error naming it
-(exit code 2).
+Every argument is validated before any fit starts and before anything is written (seeds in
+``0 .. 2**32 - 1``, finite rates, a device this machine has, an ``--out`` whose parent is a writable folder,
+every split of every dataset of a protocol, every ``--set`` key and value); a bad argument is a usage error:
+one line naming it, exit code 2.  ``--option``/``--guide-option``/``--set`` values are parsed by the type of
+the setting (:func:`zoo.experiments.cli_common.parse_value`: ``regularized=False`` is ``False``).  A fit that
+diverges (:class:`zoo.infer.divergence.DivergenceError`) is one error line and exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
+from zoo.experiments.cli_checks import RUN_FILES
+from zoo.experiments.cli_checks import check_build as _check_build
+from zoo.experiments.cli_checks import reproduce_args as _reproduce_args
+from zoo.experiments.cli_checks import validate_fit as _validate_fit
 from zoo.experiments.cli_common import log_progress as _log_progress
-from zoo.experiments.cli_common import parse_options as _parse_options
-from zoo.experiments.cli_common import parse_splits as _parse_splits
 
 __all__ = ["main", "build_parser"]
 
 
-def _threads(n: int | None) -> None:
+def _threads(parser: argparse.ArgumentParser, n: int | None) -> None:
+    """``--threads``, else ``ZOO_NUM_THREADS``, else 1, capped at the cores; a bad value is a usage error."""
     from zoo.infer.threads import apply_num_threads  # the one reader of ZOO_NUM_THREADS (also used by fit)
 
-    apply_num_threads(n, default=1)
+    try:
+        apply_num_threads(n, default=1)
+    except ValueError as e:
+        parser.error(f"argument --threads: {e}")
 
 
-RUN_FILES = ("metrics.json", "checkpoint.pt", "posterior.nc")
-"""The files of a run folder: ``zoo fit --out DIR`` refuses a DIR holding any of them without --overwrite."""
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (``zoo fit: error: argument --seed:
+    ...; see zoo fit --help``) and exit code 2, without the usage block; subcommands inherit it."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from zoo.experiments.plugins import add_plugin_argument
 
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro."
     )
     add_plugin_argument(p, dest="plugin_pre")
@@ -96,14 +109,16 @@ def _add_fit(sub) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="model builder option (repeatable), e.g. --option regularized=true; values parse as JSON",
+        help="model builder option (repeatable), e.g. --option regularized=false; values parse by the "
+        "option's type (booleans: true/false, yes/no, 1/0), else as JSON",
     )
     f.add_argument(
         "--guide-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="guide option (repeatable), e.g. --guide-option beta_rule=textbook; values parse as JSON",
+        help="guide option (repeatable), e.g. --guide-option beta_rule=textbook; values parse by type, "
+        "else as JSON",
     )
     f.add_argument(
         "--ensemble",
@@ -114,6 +129,12 @@ def _add_fit(sub) -> None:
         "members go to DIR/member_i, the ensemble's metrics to DIR/metrics.json",
     )
     f.add_argument("--jobs", type=int, default=1, help="worker processes for --ensemble members")
+    f.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="data-parallel processes for one fit (torch.distributed: gloo on CPU, NCCL on CUDA)",
+    )
     f.add_argument("--zeta", type=float, default=0.1, help="ensemble weight tempering, w ∝ exp(zeta ELBO)")
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--out", required=True)
@@ -155,113 +176,16 @@ def _add_reproduce(sub) -> None:
         help="keep the rows of an existing DIR/NAME.json that this run does not redo (complete a protocol "
         "split range by split range); an interrupted run always resumes from DIR/NAME.partial.jsonl",
     )
+    r.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over although DIR/NAME.partial.jsonl holds an unfinished run of other settings "
+        "(that journal is kept beside it under a dated name; without --fresh it is refused)",
+    )
+    from zoo.experiments.dispatch import add_dispatch_arguments
+
+    add_dispatch_arguments(r)  # --backend {loky,dask,ray} --address
     add_plugin_argument(r)
-
-
-_FLAGS = {"options": "--option", "guide_options": "--guide-option"}
-
-
-def _flag(error: Exception) -> str:
-    """The command-line flag of the RunConfig field a validation error names (its first word)."""
-    from zoo.experiments.config import RunConfig
-
-    word = str(error).split(" ", 1)[0].rstrip(":")
-    if word in RunConfig.field_names():
-        return _FLAGS.get(word, "--" + word.replace("_", "-"))
-    return "--option"
-
-
-def _validate_fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    from zoo.core.validation import resolve_device
-    from zoo.data import DATASETS, is_table_name
-    from zoo.experiments.registry import get_entry
-
-    try:
-        entry = get_entry(a.model)
-    except ValueError as e:
-        parser.error(f"argument MODEL: {e}")
-    if a.guide is not None and a.guide not in entry.guides:
-        parser.error(f"argument --guide: {a.model} offers {list(entry.guides)}, not {a.guide!r}")
-    if a.dataset not in DATASETS and not a.dataset.startswith("uci:") and not is_table_name(a.dataset):
-        parser.error(
-            f"argument --dataset: unknown dataset {a.dataset!r}; valid: {', '.join(DATASETS)}, "
-            "or an own table csv:PATH / npz:PATH"
-        )
-    if a.zeta < 0 or a.zeta != a.zeta or a.zeta == float("inf"):
-        parser.error(f"argument --zeta: must be a finite number >= 0, got {a.zeta}")
-    for name in ("steps", "num_samples", "batch_size", "threads", "ensemble", "jobs"):
-        v = getattr(a, name)
-        if v is not None and v <= 0:
-            parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
-    try:
-        resolve_device(a.device)
-    except ValueError as e:
-        parser.error(f"argument --device: {e}")
-    _check_out(parser, a.out, a.overwrite)
-    for flag, attr in (("--option", "option"), ("--guide-option", "guide_option")):
-        try:
-            setattr(a, attr + "s", _parse_options(getattr(a, attr)))
-        except ValueError as e:
-            parser.error(f"argument {flag}: expected KEY=VALUE, got {e.args[0]!r}")
-    a.config = _run_config(parser, a)
-    from zoo.experiments.cli_nuts import apply_nuts_arguments
-
-    apply_nuts_arguments(parser, a)
-
-
-def _check_out(parser: argparse.ArgumentParser, out: str, overwrite: bool) -> None:
-    """``--out`` must be a folder (or not exist yet) without an earlier run, unless ``overwrite``."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        parser.error(f"argument --out: {out!r} exists and is not a directory")
-    earlier = [f for f in RUN_FILES if os.path.exists(os.path.join(out, f))]
-    if earlier and not overwrite:
-        parser.error(
-            f"argument --out: {out!r} holds an earlier run ({', '.join(earlier)}); choose another folder "
-            "or pass --overwrite to replace it"
-        )
-
-
-def _run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
-    """The run's :class:`~zoo.experiments.config.RunConfig`; a bad value is a usage error naming its flag."""
-    from zoo.experiments.config import RunConfig
-
-    try:
-        return RunConfig(
-            split=a.split,
-            hidden=a.hidden,
-            guide=a.guide,
-            steps=a.steps,
-            lr=a.lr,
-            batch_size=a.batch_size,
-            seed=a.seed,
-            device=a.device,
-            progress=not a.no_progress,
-            num_samples=a.num_samples,
-            data_dir=a.data_dir,
-            options=a.options,
-            guide_options=a.guide_options,
-        )
-    except (TypeError, ValueError) as e:
-        parser.error(f"argument {_flag(e)}: {e}")
-
-
-def _check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> None:
-    """Builder options are checked by building once, before anything is fitted or written."""
-    from zoo.experiments.registry import build
-
-    try:
-        build(
-            a.model,
-            ds.in_features,
-            ds.out_features,
-            ds.task,
-            hidden=a.hidden,
-            guide=a.guide,
-            guide_options=a.guide_options,
-            **a.options,
-        )
-    except (TypeError, ValueError) as e:
-        parser.error(f"argument --option/--guide-option/--hidden: {e}")
 
 
 def _summary(m: dict) -> str:
@@ -271,14 +195,9 @@ def _summary(m: dict) -> str:
 
 def _fit_ensemble(a: argparse.Namespace, ds) -> None:
     from zoo.experiments.ensemble import fit_ensemble
-    from zoo.experiments.runs import dumps_json
-    from zoo.io import atomic_write_text
 
+    # members and metrics.json replace an earlier run in a.out as a whole, once all are written
     ens = fit_ensemble(a.model, ds, a.config, k=a.ensemble, jobs=a.jobs, zeta=a.zeta, out_dir=a.out)
-    atomic_write_text(os.path.join(a.out, "metrics.json"), dumps_json(ens.metrics))
-    for name in RUN_FILES[1:]:  # a single fit's files left by an earlier run (--overwrite) are not this run's
-        if os.path.exists(os.path.join(a.out, name)):
-            os.remove(os.path.join(a.out, name))
     m = ens.metrics
     print(
         f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: {_summary(m)}"
@@ -286,9 +205,22 @@ def _fit_ensemble(a: argparse.Namespace, ds) -> None:
     )
 
 
+def _check_nproc(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    from zoo.experiments.registry import get_entry
+
+    if a.nproc < 1:
+        parser.error(f"argument --nproc: must be > 0, got {a.nproc}")
+    if a.nproc > 1 and (a.ensemble > 1 or a.config.fit_options or get_entry(a.model).fit_fn is not None):
+        parser.error(
+            "argument --nproc: data-parallel fits go through zoo.infer.loop.fit: not with --ensemble, "
+            f"--inference nuts, or a model with its own fit function ({a.model})"
+        )
+
+
 def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     _validate_fit(parser, a)
-    _threads(a.threads)
+    _check_nproc(parser, a)
+    _threads(parser, a.threads)
     import pyro
 
     from zoo.experiments.cli_data import load_cli_dataset
@@ -300,7 +232,10 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     if a.ensemble > 1:
         _fit_ensemble(a, ds)
         return 0
-    run = fit_on_dataset(a.model, ds, a.config)
+    from zoo.infer.distributed import default_nproc
+
+    with default_nproc(a.nproc):
+        run = fit_on_dataset(a.model, ds, a.config)
     paths = write_run(run, a.out)
     m = run.metrics
     print(
@@ -311,54 +246,30 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     return 0
 
 
-def _reproduce_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:
-    from zoo.experiments.reproduce import available_protocols, check_overrides, check_protocol_data
-
-    if a.name not in available_protocols():
-        parser.error(
-            f"argument NAME: unknown protocol {a.name!r}; available: {', '.join(available_protocols())}"
-        )
-    try:
-        splits = _parse_splits(a.splits)
-    except ValueError:
-        parser.error(f"argument --splits: expected e.g. 0-9 or 0,3,5, got {a.splits!r}")
-    if a.jobs <= 0:
-        parser.error(f"argument --jobs: must be > 0, got {a.jobs}")
-    if a.steps is not None and a.steps <= 0:
-        parser.error(f"argument --steps: must be > 0, got {a.steps}")
-    if os.path.exists(a.out) and not os.path.isdir(a.out):
-        parser.error(f"argument --out: {a.out!r} exists and is not a directory")
-    try:
-        overrides = _parse_options(a.set)
-        check_overrides(overrides)
-    except ValueError as e:
-        parser.error(f"argument --set: expected KEY=VALUE with a run setting as KEY, got {e}")
-    if a.steps:
-        overrides["steps"] = a.steps
-    try:
-        variants = None if a.variants is None else [v for v in a.variants.split(",") if v]
-        check_protocol_data(a.name, splits, variants)
-    except (FileNotFoundError, TypeError, ValueError) as e:
-        parser.error(f"argument NAME/--splits/--variants: {e}")
-    return splits, overrides, variants
-
-
 def _reproduce(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    from zoo.experiments.dispatch import DispatchError, dispatch_config
+    from zoo.experiments.journal import JournalMismatch
     from zoo.experiments.reproduce import run_protocol
 
     splits, overrides, variants = _reproduce_args(parser, a)
+    dispatch = dispatch_config(parser, a)
     cmd = "zoo " + " ".join(sys.argv[1:] if argv is None else argv)
     _log_progress()
-    run_protocol(
-        a.name,
-        a.out,
-        splits=splits,
-        jobs=a.jobs,
-        command=cmd,
-        overrides=overrides or None,
-        merge=a.merge,
-        variants=variants,
-    )
+    try:
+        run_protocol(
+            a.name,
+            a.out,
+            splits=splits,
+            jobs=a.jobs,
+            command=cmd,
+            overrides=overrides or None,
+            merge=a.merge,
+            variants=variants,
+            fresh=a.fresh,
+            dispatch=dispatch,
+        )
+    except (JournalMismatch, DispatchError) as e:  # both raised before any fit
+        parser.error(f"argument {e.flag}: {e}")
     return 0
 
 
@@ -380,10 +291,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     load_cli_plugins(parser, [*a.plugin_pre, *getattr(a, "plugin", [])])
+    from zoo.infer.divergence import DivergenceError
+
+    try:
+        return _command(parser, a, argv)
+    except DivergenceError as e:  # a diverged fit: one line, exit code 1, no metrics written
+        print(f"zoo {a.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+
+
+def _command(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Sequence[str] | None) -> int:
     if a.command == "list":
         return _list(a)
     if a.command == "fit":
-        return _fit(parser, a)
+        from zoo.io import RunFolderError
+
+        try:
+            return _fit(parser, a)
+        except RunFolderError as e:  # e.g. a full disk: the earlier run in --out is untouched
+            print(f"zoo fit: error: {e}", file=sys.stderr)
+            return 1
     if a.command == "reproduce":
         return _reproduce(parser, a, argv)
     if a.command == "bench":

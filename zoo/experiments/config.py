@@ -23,6 +23,7 @@ from zoo.core.validation import (
     check_optional,
     check_positive,
     check_positive_int,
+    check_seed,
 )
 
 __all__ = ["RunConfig"]
@@ -85,7 +86,7 @@ class RunConfig(Config):
         check_optional("steps", self.steps, check_positive_int, allow_zero=True)
         check_optional("lr", self.lr, check_positive)
         check_optional("batch_size", self.batch_size, check_positive_int)
-        check_positive_int("seed", self.seed, allow_zero=True)
+        check_seed("seed", self.seed)
         check_device_name("device", self.device)
         check_bool("progress", self.progress)
         check_positive_int("num_samples", self.num_samples)

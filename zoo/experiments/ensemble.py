@@ -1,8 +1,9 @@
 """Ensembles of K variational fits weighted by their ELBOs (paper 000 §3.6).
 
 Any registry model can be ensembled: :func:`fit_ensemble` fits K members that differ only in their seed
-(member ``i`` uses ``seed + SEED_STRIDE * i``, so member 0 *is* the single fit with ``seed``), in ``jobs``
-worker processes (one torch thread each) or in-process, and :func:`combine_predictions` mixes their
+(member ``i`` uses ``seed + SEED_STRIDE * i``, so member 0 *is* the single fit with ``seed``), in-process
+or through :func:`zoo.experiments.dispatch.dispatch` (``jobs`` loky worker processes, or a Dask/Ray
+cluster; one torch thread each), and :func:`combine_predictions` mixes their
 predictive distributions with weights ``w_k ∝ exp(zeta · ELBO_k)``:
 
 * regression: ``E[y] = Σ w_k E_k[y]``, ``Var[y] = Σ w_k (Var_k + E_k²) − E[y]²`` (the mixture's moments);
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,8 +27,10 @@ import torch
 from zoo.core.config import resolve
 from zoo.data import Dataset, load_dataset
 from zoo.experiments.config import RunConfig
-from zoo.experiments.runs import fit_on_dataset, score_predictions, write_run
+from zoo.experiments.dispatch import DispatchConfig, dispatch
+from zoo.experiments.runs import dumps_json, fit_on_dataset, is_run_entry, score_predictions, write_run
 from zoo.infer.predict import Predictions
+from zoo.io import atomic_write_text, staged_folder
 
 __all__ = ["SEED_STRIDE", "EnsembleOutput", "combine_predictions", "ensemble_weights", "fit_ensemble"]
 
@@ -96,9 +99,7 @@ class EnsembleOutput:
 
 def _member(args: tuple) -> dict:
     """Fit one member (in a worker or in-process); return tensors and metrics only."""
-    model, ds, cfg, out_dir, threads = args
-    if threads is not None:
-        torch.set_num_threads(threads)
+    model, ds, cfg, out_dir = args
     run = fit_on_dataset(model, ds, cfg)
     if out_dir is not None:
         write_run(run, out_dir)
@@ -113,22 +114,22 @@ def _check_sizes(k: object, jobs: object, zeta: float) -> None:
     ensemble_weights([0.0], zeta)  # validates zeta before anything is fitted
 
 
-def _fit_members(model: str, ds: Dataset, cfg: RunConfig, k: int, jobs: int, out_dir) -> list[dict]:
-    outs = [None if out_dir is None else os.path.join(os.fspath(out_dir), f"member_{i}") for i in range(k)]
+def _fit_members(
+    model: str, ds: Dataset, cfg: RunConfig, k: int, dcfg: DispatchConfig, out_dir: Path | None
+) -> list[dict]:
     tasks = [
         (
             model,
             ds,
             cfg.replace(seed=cfg.seed + SEED_STRIDE * i, progress=False),
-            outs[i],
-            1 if jobs > 1 else None,
+            None if out_dir is None else os.fspath(out_dir / f"member_{i}"),
         )
         for i in range(k)
     ]
-    if jobs > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, k)) as ex:
-            return list(ex.map(_member, tasks))
-    return [_member(t) for t in tasks]
+    results: list[dict] = [{}] * k
+    for i, r in dispatch(_member, tasks, dcfg):
+        results[i] = r
+    return results
 
 
 def _scores(ds: Dataset, results: list[dict], elbos: list[float], zeta: float, seed: int):
@@ -162,18 +163,36 @@ def fit_ensemble(
     jobs: int = 1,
     zeta: float = 0.1,
     out_dir: str | os.PathLike | None = None,
+    dispatch: DispatchConfig | None = None,
     **kwargs: Any,
 ) -> EnsembleOutput:
     """Fit ``k`` members of registry ``model`` on ``dataset`` (seeds ``seed + SEED_STRIDE * i``) in ``jobs``
-    processes, combine them (:func:`combine_predictions`) and score the ensemble on the test set (and the
-    training set with ``train_metrics=True``).  ``out_dir``: each member's run folder is written to
-    ``out_dir/member_i`` (:func:`zoo.experiments.runs.write_run`).  ``config`` and the remaining keywords
-    are the members' :class:`~zoo.experiments.config.RunConfig` (``seed``, ``split``, ``hidden``, ``guide``,
-    ``steps``, ``options``, ...), as for :func:`zoo.experiments.runs.fit_on_dataset`."""
+    processes (or on ``dispatch``'s backend, :mod:`zoo.experiments.dispatch`), combine them
+    (:func:`combine_predictions`) and score the ensemble on the test set (and the training set with
+    ``train_metrics=True``).  ``config`` and the remaining keywords are the members'
+    :class:`~zoo.experiments.config.RunConfig` (``seed``, ``split``, ``hidden``, ``guide``, ``steps``,
+    ``options``, ...), as for :func:`zoo.experiments.runs.fit_on_dataset`.
+
+    ``out_dir``: a run folder holding each member's run (``member_i``,
+    :func:`zoo.experiments.runs.write_run`) and the ensemble's ``metrics.json``, written atomically
+    (:func:`zoo.io.staged_folder`): it replaces an earlier run there only once every member is written, and
+    a failure (a full disk included, :class:`zoo.io.RunFolderError`) leaves the earlier run untouched.  On a
+    remote Dask/Ray cluster ``out_dir`` must be on a filesystem the workers share."""
     cfg = resolve(RunConfig, config, kwargs)
     _check_sizes(k, jobs, zeta)
+    dcfg = dispatch or DispatchConfig(jobs=min(jobs, k))
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
-    results = _fit_members(model, ds, cfg, k, jobs, out_dir)
+    if out_dir is None:
+        return _ensemble(ds, cfg, zeta, _fit_members(model, ds, cfg, k, dcfg, None))
+    with staged_folder(out_dir, is_run_entry) as stage:
+        out = _ensemble(ds, cfg, zeta, _fit_members(model, ds, cfg, k, dcfg, stage))
+        atomic_write_text(stage / "metrics.json", dumps_json(out.metrics))
+    return out
+
+
+def _ensemble(ds: Dataset, cfg: RunConfig, zeta: float, results: list[dict]) -> EnsembleOutput:
+    """The combined output of the fitted members ``results``."""
+    k = len(results)
     elbos = [r["metrics"]["elbo"] for r in results]
     scores, pred = _scores(ds, results, elbos, zeta, cfg.seed)
     first = results[0]["metrics"]

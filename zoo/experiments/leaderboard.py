@@ -31,7 +31,7 @@ from pathlib import Path
 
 from zoo.experiments.runs import dumps_json
 from zoo.experiments.suites import HIGHER_IS_BETTER, Suite, metrics_for_task
-from zoo.io import atomic_write_bytes, atomic_write_text
+from zoo.io import atomic_write_many
 
 __all__ = [
     "unit_values",
@@ -117,7 +117,7 @@ def average_ranks(means: Mapping[str, Mapping[str, float]], metric: str) -> dict
 
 def _metrics(rows: Sequence[Mapping], suite: Suite) -> list[str]:
     tasks = {str(r.get("task", "regression")) for r in rows}
-    out: list[str] = []
+    out: list[str] = [m for m in suite.metrics if any(m in r for r in rows)]  # the scorer's columns first
     for t in sorted(tasks, key=lambda t: t != "regression"):
         out += [m for m in metrics_for_task(t, suite.selection) if m not in out]
     return out
@@ -264,16 +264,19 @@ def leaderboard_markdown(lb: Mapping) -> str:
 
 
 def write_leaderboard(lb: Mapping, out_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write ``leaderboard.{json,md,png}`` atomically (each to a temporary file, then renamed)."""
+    """Write ``leaderboard.{json,md,png}`` together (:func:`zoo.io.atomic_write_many`: all three are written
+    to temporaries first, so a failure — a full disk — replaces none of an earlier leaderboard's files)."""
     from zoo.experiments.leaderboard_plot import leaderboard_png
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {k: out / f"leaderboard.{k}" for k in ("json", "md", "png")}
-    png = leaderboard_png(lb)
-    atomic_write_bytes(paths["png"], png)
-    atomic_write_text(paths["md"], leaderboard_markdown(lb))
-    atomic_write_text(paths["json"], dumps_json(dict(lb)))
+    contents = {
+        "png": leaderboard_png(lb),
+        "md": leaderboard_markdown(lb).encode("utf-8"),
+        "json": dumps_json(dict(lb)).encode("utf-8"),
+    }
+    atomic_write_many({paths[k]: contents[k] for k in paths})
     return paths
 
 

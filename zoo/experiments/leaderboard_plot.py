@@ -54,11 +54,8 @@ def _paired_panel(ax, lb: Mapping, order: list[Mapping], metric: str) -> None:
 
 
 def leaderboard_png(lb: Mapping) -> bytes:
-    """The figure as PNG bytes (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    """The figure as PNG bytes (matplotlib's object API: the caller's pyplot backend is left alone)."""
+    from matplotlib.figure import Figure
 
     metrics, datasets = list(lb["metrics"]), list(lb["datasets"])
     first = metrics[0]
@@ -67,14 +64,11 @@ def leaderboard_png(lb: Mapping) -> bytes:
     from matplotlib.ticker import MaxNLocator
 
     ncols = len(datasets) + (1 if lb["paired"] else 0)
-    fig, axes = plt.subplots(
-        len(metrics),
-        ncols,
+    fig = Figure(
         figsize=(2.8 * ncols + 2.6, len(metrics) * max(1.8, 0.25 * len(order) + 0.9) + 0.6),
-        squeeze=False,
-        sharey=True,
         layout="constrained",
     )
+    axes = fig.subplots(len(metrics), ncols, squeeze=False, sharey=True)
     for ax in axes.flat:
         ax.xaxis.set_major_locator(MaxNLocator(4))
     for i, m in enumerate(metrics):
@@ -93,5 +87,4 @@ def leaderboard_png(lb: Mapping) -> bytes:
     fig.suptitle(lb["title"], fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
     return buf.getvalue()

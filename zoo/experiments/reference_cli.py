@@ -139,9 +139,13 @@ def _score(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
         reference_data(inst, reference[0], a.data_dir)
     except (FileNotFoundError, ValueError) as e:
         parser.error(f"argument --instance: {e}")
+    from zoo.experiments.cli_common import check_out_dir
+
     out = os.path.join(a.out, "scores.json")
-    if os.path.exists(a.out) and not os.path.isdir(a.out):
-        parser.error(f"argument --out: {a.out!r} exists and is not a directory")
+    try:
+        check_out_dir(a.out)
+    except ValueError as e:
+        parser.error(f"argument --out: {e}")
     if os.path.exists(out) and not a.overwrite:
         parser.error(f"argument --out: {out!r} exists; pass --overwrite to replace it")
     result = score_spec(model, guide, inst, reference, config, data_dir=a.data_dir)
@@ -157,12 +161,15 @@ def run_reference(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: 
     import logging
 
     import pyro
-    import torch
+
+    from zoo.infer.threads import apply_num_threads
 
     if a.threads is not None and a.threads <= 0:
         parser.error(f"argument --threads: must be > 0, got {a.threads}")
-    env = os.environ.get("ZOO_NUM_THREADS", "")
-    torch.set_num_threads(a.threads or (int(env) if env.isdigit() and int(env) > 0 else 1))
+    try:
+        apply_num_threads(a.threads, default=1)  # capped at the machine's cores
+    except ValueError as e:
+        parser.error(f"argument --threads: {e}")
     if a.ref_command == "list":
         return _list(a)
     logging.basicConfig(format="%(message)s", stream=sys.stdout)  # progress messages, as `zoo reproduce`

@@ -36,6 +36,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from zoo.core.build_seed import check_build_seed, mark_fresh, seeded_rng
 from zoo.core.config import Config
 from zoo.core.model import BayesianModel
 
@@ -266,28 +267,38 @@ def build(
     hidden: Sequence[int] | None = None,
     guide: str | None = None,
     guide_options: dict | None = None,
+    seed: int | None = None,
     **options,
 ):
     """Build ``(model, guide, spec)`` for registry entry ``name``: ``options`` go to the model builder,
     ``guide_options`` to the guide factory (e.g. ``{"beta_rule": "textbook"}`` for the bow-tie CAVI guide,
-    ``{"init_rho": -6.0}`` for an LBBNN guide); both are recorded in ``spec`` for checkpoints."""
+    ``{"init_rho": -6.0}`` for an LBBNN guide); both are recorded in ``spec`` for checkpoints.
+
+    ``seed``: the random initial values are drawn under it (the global generators are left as they were)
+    and it is recorded in ``spec``.  Without it the pair is marked fresh and the first
+    :func:`zoo.infer.loop.fit` draws them under the fit's seed, so ``build`` then ``fit(seed=s)`` is
+    reproducible across processes (:mod:`zoo.core.build_seed`)."""
+    if seed is not None:
+        seed = check_build_seed(seed)
     entry = get_entry(name)
     if task not in entry.tasks:
         raise ValueError(f"task: {name} supports {list(entry.tasks)}, not {task!r}")
-    guide_name = guide or entry.default_guide
+    guide_name = entry.default_guide if guide is None else guide  # "" is not a guide
     if guide_name not in entry.guides:
         raise ValueError(f"guide: {name} offers guides {list(entry.guides)}, not {guide_name!r}")
     hidden = tuple(entry.default_hidden if hidden is None else hidden)
     if entry.options is not None:
         entry.options.from_dict(options, what=f"options of {name}")
-    model = entry.build(in_features, out_features, task, hidden, **options)
     guide_options = dict(guide_options or {})
-    try:
-        g = entry.guides[guide_name](model, **guide_options)
-    except TypeError as e:
-        if not guide_options:
-            raise
-        raise TypeError(f"guide_options: guide {guide_name!r} of {name} rejected {guide_options}: {e}") from e
+    with seeded_rng(seed):
+        model = entry.build(in_features, out_features, task, hidden, **options)
+        try:
+            g = entry.guides[guide_name](model, **guide_options)
+        except TypeError as e:
+            if not guide_options:
+                raise
+            msg = f"guide_options: guide {guide_name!r} of {name} rejected {guide_options}: {e}"
+            raise TypeError(msg) from e
     spec = {
         "model": name,
         "guide": guide_name,
@@ -300,8 +311,12 @@ def build(
     }
     if entry.plugin is not None:
         spec["plugin"] = entry.plugin
+    if seed is not None:
+        spec["seed"] = seed
     # the spec rides on the model, so a fit made through the API can be saved and reloaded without spec=
     model._zoo_spec = copy.deepcopy(spec)
+    if seed is None:
+        mark_fresh(model, g)
     return model, g, spec
 
 
@@ -325,6 +340,7 @@ def build_from_spec(spec: dict):
         hidden=spec["hidden"],
         guide=spec["guide"],
         guide_options=spec.get("guide_options"),
+        seed=spec.get("seed"),
         **spec.get("options", {}),
     )
     return model, guide

@@ -15,7 +15,6 @@ import platform
 import statistics
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
@@ -23,11 +22,13 @@ import torch
 from zoo.core.validation import check_positive_int
 from zoo.data import load_dataset
 from zoo.experiments.config import RunConfig
+from zoo.experiments.dispatch import DispatchConfig
 from zoo.experiments.ensemble import ensemble_weights, fit_ensemble
+from zoo.experiments.journal import load_journal, run_journaled
 from zoo.experiments.protocol import Protocol, RunSpec
 from zoo.experiments.registry import load_plugins
 from zoo.experiments.runs import dumps_json, fit_on_dataset
-from zoo.io import append_line, atomic_write_text
+from zoo.io import atomic_write_many
 
 __all__ = [
     "Protocol",
@@ -228,29 +229,6 @@ def _apply_overrides(specs: list[RunSpec], overrides: dict | None) -> list[RunSp
     ]
 
 
-def _read_journal(path: Path, signature: dict) -> dict:
-    """Rows of an interrupted run with the same protocol and overrides (``{}`` if none or different)."""
-    if not path.exists():
-        return {}
-    lines = path.read_text().splitlines()
-    try:
-        head = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError:
-        return {}
-    # the header also names the command that started the journal; only protocol and overrides must match
-    if not isinstance(head, dict) or {k: head.get(k) for k in signature} != signature:
-        return {}
-    done = {}
-    for line in lines[1:]:
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by the interruption
-            continue
-        r.pop("run_config", None)
-        done[_row_key(r)] = r
-    return done
-
-
 def _journal_line(row: dict, spec: RunSpec | None) -> str:
     """A journal line: the row, with the run's config (``RunConfig.to_dict``) when it was fitted now."""
     entry = row if spec is None else {**row, "run_config": run_config(spec)[2].to_dict()}
@@ -264,36 +242,37 @@ def _progress_line(row: dict, done: int, total: int, metrics: Sequence[str]) -> 
 
 
 def _run_all(
-    p: Protocol, specs: list[RunSpec], done: dict, journal: Path, header: dict, jobs: int, progress: bool
+    p: Protocol,
+    specs: list[RunSpec],
+    done: dict,
+    journal: Path,
+    header: dict,
+    cfg: DispatchConfig,
+    progress: bool,
 ) -> dict:
-    """Fit the runs not in ``done``, journaling each finished row (fsynced); returns all rows by key."""
-    todo = [s for s in specs if _spec_key(s) not in done]
-    if progress and done:
-        logger.info(
-            "resuming %s: %d of %d fits found in %s", p.name, len(specs) - len(todo), len(specs), journal
-        )
-    results = dict(done)
-    by_key = {_spec_key(s): s for s in specs}
-    # the journal restarts atomically with the rows kept, then grows by fsynced appends
-    kept = [_journal_line(r, by_key.get(key)) for key, r in done.items()]
-    atomic_write_text(journal, "".join(line + "\n" for line in [json.dumps(header), *kept]))
-    with open(journal, "a") as fh:
+    """Fit the runs not in ``done`` on ``cfg``'s backend, journaling each finished row (fsynced, with its
+    run config); returns all rows by key, without their run configs."""
+    n_done = sum(_spec_key(s) in done for s in specs)
+    if progress and n_done:
+        logger.info("resuming %s: %d of %d fits found in %s", p.name, n_done, len(specs), journal)
 
-        def record(row: dict, spec: RunSpec) -> None:
-            results[_row_key(row)] = row
-            append_line(fh, _journal_line(row, spec))
-            if progress:
-                logger.info(_progress_line(row, len(by_key.keys() & results.keys()), len(specs), p.metrics))
+    def on_row(row: dict, n: int, total: int) -> None:
+        if progress:
+            logger.info(_progress_line(row, n, total, p.metrics))
 
-        if jobs > 1:
-            with ProcessPoolExecutor(max_workers=jobs) as ex:
-                futures = {ex.submit(_run_one, s): s for s in todo}
-                for fut in as_completed(futures):
-                    record(fut.result(), futures[fut])
-        else:
-            for s in todo:
-                record(_run_one(s), s)
-    return results
+    results = run_journaled(
+        specs,
+        _run_one,
+        journal=journal,
+        signature=header,
+        done=done,
+        key=_row_key,
+        task_key=_spec_key,
+        dispatch_config=cfg,
+        on_row=on_row,
+        line=lambda row, spec: _journal_line(row, spec),
+    )
+    return {k: {c: v for c, v in r.items() if c != "run_config"} for k, r in results.items()}
 
 
 def _merge_previous(previous: Path, specs: list[RunSpec], rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -331,14 +310,21 @@ def run_protocol(
     progress: bool = True,
     merge: bool = False,
     variants: Sequence[str] | None = None,
+    fresh: bool = False,
+    dispatch: DispatchConfig | None = None,
 ) -> dict:
     """Run protocol ``name`` and write ``NAME.json`` / ``NAME.md`` atomically into ``out_dir``.
 
-    Each finished fit is appended to ``DIR/NAME.partial.jsonl`` (fsynced, with its run config); an
-    interrupted run started again with the same protocol and overrides resumes from it, and it is removed
-    once the results are written.  ``merge=True`` keeps the rows of an existing ``DIR/NAME.json`` whose
-    (variant, dataset, split) this run does not redo, so a protocol can be completed split range by split
-    range (and, with ``variants``, variant by variant).  Progress is logged (``logging``, INFO).
+    Fits run on ``dispatch``'s backend (:mod:`zoo.experiments.dispatch`; default ``jobs`` loky worker
+    processes, one torch thread each); the rows do not depend on the backend.  Each finished fit is
+    appended to ``DIR/NAME.partial.jsonl`` (fsynced, with its run config); an interrupted run started
+    again with the same protocol and overrides resumes from it, and it is removed once the results are
+    written.  A journal of other overrides is refused (:class:`~zoo.experiments.journal.JournalMismatch`,
+    naming them) before any fit, unless ``fresh=True``, which sets it aside under a dated name and starts
+    over (:func:`zoo.experiments.journal.load_journal`).  ``merge=True`` keeps the rows of an existing
+    ``DIR/NAME.json`` whose (variant, dataset, split) this run does not redo, so a protocol can be completed
+    split range by split range (and, with ``variants``, variant by variant).  Progress is logged
+    (``logging``, INFO).
 
     ``command`` is how the run is recorded (journal header, ``NAME.json``, ``NAME.md``): the CLI passes its
     shell command; called from Python without one, the Python call itself is recorded
@@ -350,16 +336,17 @@ def run_protocol(
     p = PROTOCOLS[name]
     specs = _apply_overrides(select_variants(p.runs(splits), variants), overrides)
     _preflight(specs)
+    cfg = dispatch or DispatchConfig(jobs=jobs)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     journal = out / f"{name}.partial.jsonl"
     signature = {"protocol": name, "overrides": overrides or {}}
+    done = load_journal(journal, signature, _row_key, fresh=fresh)
     command = command or python_call(
-        name, out_dir, splits=splits, jobs=jobs, overrides=overrides, merge=merge, variants=variants
+        name, out_dir, splits=splits, jobs=cfg.jobs, overrides=overrides, merge=merge, variants=variants
     )
     t0 = time.perf_counter()
     head = {**signature, "command": command}
-    results = _run_all(p, specs, _read_journal(journal, signature), journal, head, jobs, progress)
+    results = _run_all(p, specs, done, journal, head, cfg, progress)
     rows = [results[_spec_key(s)] for s in specs if _spec_key(s) in results]
     history: list[dict] = []
     previous = out / f"{name}.json"
@@ -369,7 +356,7 @@ def run_protocol(
     header = {
         "protocol": name,
         "command": command,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cpus, jobs={jobs}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus, jobs={cfg.jobs}, backend={cfg.backend}",
         "torch": torch.__version__,
         "wall_seconds": time.perf_counter() - t0,
     }
@@ -382,7 +369,8 @@ def run_protocol(
         "paper": {f"{k[0]}|{k[1]}": v for k, v in p.paper.items()},
         "paper_source": p.paper_source,
     }
-    atomic_write_text(out / f"{name}.json", dumps_json(doc))
-    atomic_write_text(out / f"{name}.md", _markdown(p, summary, {**header, "history": history}))
+    # both files are written in full before either replaces an earlier one (a full disk changes neither)
+    md = _markdown(p, summary, {**header, "history": history})
+    atomic_write_many({out / f"{name}.json": dumps_json(doc).encode(), out / f"{name}.md": md.encode()})
     journal.unlink()
     return doc

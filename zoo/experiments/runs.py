@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,13 +38,15 @@ from zoo.infer.loop import fit, resume
 from zoo.infer.optim import make_optimizer
 from zoo.infer.predict import predict
 from zoo.infer.result import FitResult
-from zoo.io import atomic_write_text
+from zoo.io import atomic_write_text, check_free_space, staged_folder
 
 __all__ = [
     "RunConfig",
     "RunOutput",
+    "RUN_FILES",
     "fit_on_dataset",
     "evaluate",
+    "is_run_entry",
     "ood_metrics",
     "score_predictions",
     "train_set_metrics",
@@ -252,28 +255,46 @@ def dumps_json(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2, default=_json_default) + "\n"
 
 
+#: the files of a run folder (``zoo fit --out DIR``); an ensemble's folder adds ``member_<i>`` folders
+RUN_FILES = ("metrics.json", "checkpoint.pt", "posterior.nc")
+_MEMBER = re.compile(r"member_\d+")
+
+
+def is_run_entry(name: str) -> bool:
+    """Whether ``name`` in a run folder belongs to the run (replaced as a whole by the next run there)."""
+    return name in RUN_FILES or _MEMBER.fullmatch(name) is not None
+
+
+def _netcdf_bytes(idata) -> int:
+    """About what ``posterior.nc`` takes on disk: the arrays' bytes plus 10 % and 1 MiB of HDF5 overhead."""
+    return int(1.1 * sum(idata[g].nbytes for g in idata.groups())) + 2**20
+
+
 def write_run(run: RunOutput, out_dir: str | os.PathLike, num_samples: int = 200) -> dict[str, Path]:
-    """Write ``metrics.json``, ``posterior.nc`` (ArviZ) and ``checkpoint.pt`` atomically into ``out_dir``.
+    """Write the run folder ``out_dir``: ``metrics.json``, ``posterior.nc`` (ArviZ) and ``checkpoint.pt``.
+
+    The folder is written atomically (:func:`zoo.io.staged_folder`): the files go to a temporary sibling
+    folder that replaces an earlier run at ``out_dir`` only once all three are complete.  A failure, a full
+    disk included (the free space is checked before the netCDF writer, which crashes instead of raising
+    when the disk fills), raises :class:`zoo.io.RunFolderError` and leaves the earlier run untouched.
+    Files in ``out_dir`` that are not a run's (:func:`is_run_entry`) are kept.
 
     ``posterior.nc`` follows ArviZ's schema (:func:`zoo.eval.diagnostics.to_inference_data`): the training
     set as ``observed_data`` / ``posterior_predictive`` / ``log_likelihood`` (``az.loo``, ``az.plot_ppc``),
     the test set as ``predictions`` / ``predictions_constant_data``, all on the original target scale."""
     from zoo.eval.diagnostics import save_netcdf, to_inference_data  # arviz: imported when needed
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     xtr, ytr, xte, yte = run.dataset.tensors(device=run.result.device)
     export = getattr(run.result, "to_inference_data", None)  # a NUTS fit exports its chains itself
     if callable(export):
         idata = export(xte, yte, train=(xtr, ytr))
     else:
         idata = to_inference_data(run.result, xte, yte, num_samples=num_samples, train=(xtr, ytr))
-    paths = {
-        "metrics": out / "metrics.json",
-        "posterior": out / "posterior.nc",
-        "checkpoint": out / "checkpoint.pt",
-    }
-    save(run.result, paths["checkpoint"])
-    save_netcdf(idata, paths["posterior"])
-    atomic_write_text(paths["metrics"], dumps_json(run.metrics))
-    return paths
+    names = {"metrics": "metrics.json", "posterior": "posterior.nc", "checkpoint": "checkpoint.pt"}
+    with staged_folder(out_dir, is_run_entry) as stage:
+        save(run.result, stage / names["checkpoint"])
+        check_free_space(stage, _netcdf_bytes(idata), "posterior.nc")
+        save_netcdf(idata, stage / names["posterior"])
+        atomic_write_text(stage / names["metrics"], dumps_json(run.metrics))
+    out = Path(out_dir)
+    return {k: out / v for k, v in names.items()}

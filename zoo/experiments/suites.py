@@ -18,8 +18,11 @@ Suites:
   TPR/FPR of the fitted model's input selection (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395,
   §4.1) with a one-neuron network (logistic regression), as the ``lbbnn-selection`` protocol.
 
-**Hook for more suites** (e.g. a ``reference`` suite scoring guides against a gold-standard posterior, see
-:mod:`zoo.eval.scores`): build a :class:`Suite` and call :func:`register_suite`.  ``Suite.scorer``, a
+* ``reference``: every stored gold-standard posterior (``zoo reference list``) as a dataset
+  ``reference:NAME``, each guide scored by the distance of its predictive to the reference's
+  (:mod:`zoo.experiments.reference_suite`); registered only where references are stored.
+
+**Hook for more suites**: build a :class:`Suite` and call :func:`register_suite`.  ``Suite.scorer``, a
 picklable top-level function ``(RunOutput) -> dict[str, float]``, adds metrics to every fit (e.g. W2 to
 reference draws), and ``Suite.metrics`` names the columns the leaderboard ranks by, with their direction in
 :data:`LOWER_IS_BETTER` / :data:`HIGHER_IS_BETTER` (extend them for new metrics).
@@ -28,16 +31,21 @@ reference draws), and ``Suite.metrics`` names the columns the leaderboard ranks 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 
 from zoo.core.config import Config
 from zoo.core.validation import check_optional, check_positive, check_positive_int
+from zoo.experiments.reference_suite import METRICS as REFERENCE_METRICS
+from zoo.experiments.reference_suite import PREFIX as REFERENCE_PREFIX
+from zoo.experiments.reference_suite import reference_scorer, stored_instances
 
 __all__ = [
     "Budget",
     "Suite",
     "SUITES",
     "register_suite",
+    "reference_suite",
     "get_suite",
     "metrics_for_task",
     "LOWER_IS_BETTER",
@@ -45,7 +53,7 @@ __all__ = [
 ]
 
 #: metrics where a smaller value is better, and where a larger one is
-LOWER_IS_BETTER = frozenset({"nll", "rmse", "ece", "fpr", "fit_seconds"})
+LOWER_IS_BETTER = frozenset({"nll", "rmse", "ece", "fpr", "fit_seconds", *REFERENCE_METRICS})
 HIGHER_IS_BETTER = frozenset({"accuracy", "tpr", "coverage95"})
 
 _TASK_METRICS = {"regression": ("nll", "rmse"), "classification": ("nll", "accuracy", "ece")}
@@ -98,9 +106,10 @@ class Suite(Config):
     budget: Budget = dataclasses.field(default_factory=Budget)
     selection: bool = False
     scorer: Callable | None = None
+    metrics: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("datasets", "splits", "hidden"):
+        for name in ("datasets", "splits", "hidden", "metrics"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -123,13 +132,18 @@ class Suite(Config):
             raise TypeError(f"budget must be a Budget, got {type(self.budget).__name__}")
         if self.scorer is not None and not callable(self.scorer):
             raise TypeError("scorer must be a callable (RunOutput) -> dict or None")
+        for m in self.metrics:
+            if m not in LOWER_IS_BETTER | HIGHER_IS_BETTER:
+                raise ValueError(
+                    f"metrics: {m!r} has no direction (add it to LOWER_IS_BETTER/HIGHER_IS_BETTER)"
+                )
 
     def identity(self) -> dict:
         """What defines the suite's numbers (journals and committed rows record it): everything but the
-        description and the scorer."""
+        description, the scorer and its columns."""
         d = self.to_dict()
-        d.pop("scorer")
-        d.pop("description")
+        for key in ("scorer", "description", "metrics"):  # the scorer's columns follow from the scorer
+            d.pop(key)
         return d
 
 
@@ -202,3 +216,33 @@ register_suite(
         selection=True,
     )
 )
+
+
+def reference_suite(root: str | os.PathLike | None = None) -> Suite | None:
+    """The ``reference`` :class:`Suite` over the instances stored under ``root`` (default
+    :func:`zoo.reference.store.default_root`; :mod:`zoo.experiments.reference_suite`); ``None`` when none
+    is stored (an installed zoo without the source checkout's ``benchmarks/reference``)."""
+    names = stored_instances(root)
+    if not names:
+        return None
+    return Suite(
+        name="reference",
+        description=(
+            "every stored reference posterior (zoo reference list): the instance's pinned data, hidden "
+            "widths and (for its own model) options; splits 0-4 are five seeds on the same data; 2000 Adam "
+            "steps at lr 1e-2, full batch (50 sweeps for CAVI guides); scored by W2/W1 of the predictive "
+            "draws against the reference's (/ train-target sd), NLL gap, TV and disagreement (binary), PIP "
+            "MAE (exact spike-and-slab)"
+        ),
+        datasets=tuple(REFERENCE_PREFIX + n for n in names),
+        splits=(0, 1, 2, 3, 4),
+        hidden=(10,),
+        budget=Budget(steps=2000, lr=1e-2, batch_size=None, cavi_sweeps=50, num_samples=200),
+        scorer=reference_scorer,
+        metrics=REFERENCE_METRICS,
+    )
+
+
+_reference = reference_suite()  # the stored gold standards of the source checkout (none: no suite)
+if _reference is not None:
+    register_suite(_reference)

@@ -16,13 +16,15 @@ import pyro
 import pyro.optim
 import torch
 from pyro.infer.elbo import ELBO
+from pyro.nn import PyroModule
+from pyro.nn.module import _make_name
+from pyro.params.param_store import param_with_module_name
 
 from zoo.core.validation import resolve_device
 from zoo.experiments.registry import build_from_spec
 from zoo.infer.codec import decode_constraint, decode_loss, set_rng_state
-from zoo.infer.loop import guide_class_path
 from zoo.infer.optim import make_optimizer, optimizer_name
-from zoo.infer.result import ConvergenceMonitor, FitResult
+from zoo.infer.result import ConvergenceMonitor, FitResult, guide_class_path
 from zoo.infer.snapshot import read_checkpoint, write_checkpoint
 from zoo.io import atomic_torch_save, atomic_write_bytes
 
@@ -67,25 +69,128 @@ def _model_and_guide(ckpt: dict, model, guide) -> tuple[torch.nn.Module, Any]:
                 f"guide: this checkpoint was fitted with guide {fitted}, but its spec rebuilds "
                 f"{guide_class_path(g2)} (guide {spec.get('guide')!r} of {spec.get('model')!r}); pass guide="
             )
+        dtype = _converted_dtype(ckpt["model_state"], m2.state_dict())
+        if dtype is not None:  # a fit of a model converted after build (model.double())
+            m2.to(dtype)
+            if isinstance(g2, torch.nn.Module):
+                g2.to(dtype)
         model = model if model is not None else m2
         guide = guide if guide is not None else g2
     return model, guide
 
 
-def _restore_guide(result: FitResult, ckpt: dict) -> None:
-    guide, dev = result.guide, result.device
-    if not isinstance(guide, torch.nn.Module):
-        return
-    guide.to(dev)
-    # Materialize lazily created parameters (autoguides) inside the fit's scope: PyroParams are
-    # created from the param store, so they take the stored values.
+def _converted_dtype(saved: dict, built: dict) -> torch.dtype | None:
+    """The dtype the fitted model was converted to after ``build`` (``model.double()``): every floating
+    entry of its saved state has that one dtype and every one the spec rebuilds has another one dtype.
+    ``None`` otherwise (nothing to convert; models that mix dtypes on purpose stay as built)."""
+    pairs = [
+        (saved[k].dtype, v.dtype)
+        for k, v in built.items()
+        if k in saved and torch.is_tensor(saved[k]) and saved[k].is_floating_point() and v.is_floating_point()
+    ]
+    saved_dtypes, built_dtypes = {a for a, _ in pairs}, {b for _, b in pairs}
+    if len(saved_dtypes) == 1 and len(built_dtypes) == 1 and saved_dtypes != built_dtypes:
+        return saved_dtypes.pop()
+    return None
+
+
+def _example_batch(result: FitResult, ckpt: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    dev = result.device
     ex = ckpt.get("example")
     x0 = ex[0].to(dev) if ex else torch.zeros(2, result.model.architecture.in_features, device=dev)
     y0 = ex[1].to(dev) if ex and ex[1] is not None else None
+    return x0, y0
+
+
+def _module_params(root: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``{param-store name: tensor}`` of every parameter a :class:`~pyro.nn.PyroModule` tree registers in the
+    param store: its ``nn.Parameter`` s and :class:`~pyro.nn.PyroParam` s (unconstrained tensors) by their
+    full Pyro names, and the parameters of plain ``nn.Module`` children by ``pyro.module``'s
+    ``"<module>$$$<param>"`` names."""
+    out: dict[str, torch.Tensor] = {}
+    for mod in root.modules():
+        # the names Pyro gives (PyroModule._pyro_get_fullname, without its check that the module ran once);
+        # a submodule not yet named by its parent is skipped rather than guessed
+        prefix = mod.__dict__.get("_pyro_name") if isinstance(mod, PyroModule) else None
+        if prefix is None or (not prefix and mod is not root):
+            continue
+        pyro_params = mod.__dict__.get("_pyro_params", {})
+        for name, p in mod._parameters.items():
+            if p is None:
+                continue
+            base = name[: -len("_unconstrained")]
+            out.setdefault(_make_name(prefix, base if base in pyro_params else name), p)
+        for cname, child in mod._modules.items():
+            if child is None or isinstance(child, PyroModule):
+                continue
+            child_name = _make_name(prefix, cname)
+            for pname, p in child.named_parameters():
+                out.setdefault(param_with_module_name(child_name, pname), p)
+    return out
+
+
+def _check_same(name: str, saved: torch.Tensor, built: torch.Tensor) -> None:
+    if saved.shape != built.shape or saved.dtype != built.dtype:
+        raise ValueError(
+            f"checkpoint: parameter {name!r} has shape {tuple(saved.shape)} ({saved.dtype}) in the "
+            f"checkpoint but {tuple(built.shape)} ({built.dtype}) in the model/guide it is loaded into; "
+            "build it with the checkpoint's settings (hidden widths, options, guide, dtype) or let load() "
+            "rebuild it"
+        )
+
+
+def _restore_params(result: FitResult, ckpt: dict) -> None:
+    """Fill the fit's param-store scope so that every name maps to *the module's own tensor*.
+
+    The guide is first materialized (lazily created parameters of autoguides) in an empty scope, so each
+    parameter is registered with the tensor its module computes with; the checkpoint's values are then
+    copied into those tensors (shape and dtype checked: ``ValueError`` naming the parameter), names no
+    module holds are added as stored, and the model's and guide's module parameters are adopted.  Loading
+    the values into a pre-filled store instead leaves ``nn.Parameter`` s of Pyro modules (IAF/MADE layers)
+    and ``pyro.module`` children pointing at other tensors than the store: the optimizer would step
+    tensors the loss never reads (frozen flows), and reads outside a module's Pyro context (closed-form
+    KLs of the LBBNN empirical-Bayes hyperparameters) would see another tensor than the model."""
+    saved = ckpt["param_store"]
+    guide, dev = result.guide, result.device
     with torch.no_grad(), result.activate(), pyro.poutine.block():
-        guide(x0, y0)
-    if ckpt["guide_state"] is not None:
-        guide.load_state_dict(ckpt["guide_state"])
+        store = pyro.get_param_store()
+        if isinstance(guide, torch.nn.Module):
+            guide.to(dev)
+            guide(*_example_batch(result, ckpt))
+        owned = {**_module_params(result.guide), **_module_params(result.model)}
+        for name, value in saved["params"].items():
+            value = value.to(dev)
+            current = store._params.get(name)  # the fit's own scope (pyro.nn.module reads _params too)
+            built = owned.get(name, current)
+            if built is not None:
+                _check_same(name, value, built)
+                built.copy_(value)
+                value = built
+                if current is not None and current is not built:
+                    store._param_to_name.pop(current, None)
+            constraint = store._constraints.get(name) or decode_constraint(saved["constraints"][name])
+            store.set_state({"params": {name: value}, "constraints": {name: constraint}})
+
+
+def _load_state(module: object, state: dict | None, what: str) -> None:
+    """``module.load_state_dict(state)`` with a size mismatch as a ``ValueError`` naming the entry, and the
+    saved buffers' memory layout (strides) kept: a buffer a guide stores transposed (bow-tie ``B``)
+    must not come back contiguous, or later products round differently and resume is no longer exact."""
+    if state is None or not isinstance(module, torch.nn.Module):
+        return
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:  # torch lists every mismatch, one per line after a header
+        lines = [line.strip() for line in str(e).splitlines()[1:] if line.strip()] or [str(e)]
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        raise ValueError(f"checkpoint: the {what} does not match the checkpoint: {lines[0]}{more}") from None
+    for full, buf in list(module.named_buffers()):
+        saved = state.get(full)
+        if saved is None or saved.stride() == buf.stride() or saved.shape != buf.shape:
+            continue
+        owner_name, _, leaf = full.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        owner._buffers[leaf] = saved.to(buf.device, buf.dtype).clone(memory_format=torch.preserve_format)
 
 
 def _loop_state(saved: dict) -> dict:
@@ -123,22 +228,18 @@ def load(
     dev = resolve_device(device if device is not None else ckpt["device"])
     model, guide = _model_and_guide(ckpt, model, guide)
     model.to(dev)
-    store = ckpt["param_store"]
     result = FitResult(
         model=model,
         guide=guide,
         seed=ckpt["seed"],
         config=dict(ckpt["config"]),
         device=dev,
-        param_state={
-            "params": {k: v.to(dev) for k, v in store["params"].items()},
-            "constraints": {k: decode_constraint(c) for k, c in store["constraints"].items()},
-        },
         spec=ckpt["spec"],
         example=ckpt.get("example"),
     )
-    _restore_guide(result, ckpt)
-    model.load_state_dict(ckpt["model_state"])
+    _restore_params(result, ckpt)
+    _load_state(guide, ckpt["guide_state"], "guide")
+    _load_state(model, ckpt["model_state"], "model")
     if optimizer is not None:
         if ckpt["optim"] is not None:
             optimizer.set_state(ckpt["optim"]["state"])

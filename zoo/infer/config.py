@@ -23,6 +23,7 @@ from zoo.core.validation import (
     check_optional,
     check_positive,
     check_positive_int,
+    check_seed,
 )
 
 __all__ = ["FitConfig", "OPTIMIZERS", "resolve_fit_config"]
@@ -46,6 +47,7 @@ class FitConfig(Config):
     seed: int = 0
     device: str | None = None
     progress: bool = True
+    nproc: int = 1
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -67,9 +69,10 @@ class FitConfig(Config):
         check_optional("tol", self.tol, check_positive)
         check_positive_int("patience", self.patience)
         check_optional("window", self.window, check_positive_int)
-        check_positive_int("seed", self.seed, allow_zero=True)
+        check_seed("seed", self.seed)
         check_device_name("device", self.device)
         check_bool("progress", self.progress)
+        check_positive_int("nproc", self.nproc)
         check_mapping("metadata", self.metadata)
         clash = sorted(set(self.metadata) & set(self.field_names()))
         if clash:

@@ -14,7 +14,10 @@ unit (nats, not per datum); a guide that knows its ELBO exactly (CAVI) reports t
    (``Trace_ELBO`` by default, any ``pyro.optim.PyroOptim``);
 3. if the guide is a :class:`zoo.core.guide.ClosedFormGuide`: ``closed_form_update(model, x, y, idx)``
    under ``torch.no_grad()`` (the gradient optimizer never touches those buffers);
-4. record the ELBO (exact if the guide provides ``closed_form_elbo``, else ``-loss``), run callbacks,
+4. check the step (:mod:`zoo.infer.divergence`): a non-finite ELBO, parameter, closed-form buffer or
+   distribution parameter, or an ELBO that collapsed far below its best, raises
+   :class:`~zoo.infer.divergence.DivergenceError` naming the step, what diverged and the guide;
+5. record the ELBO (exact if the guide provides ``closed_form_elbo``, else ``-loss``), run callbacks,
    check the stopping rule.
 
 Every fit runs inside its own Pyro param-store scope (``FitResult.param_state``), so fits in one process
@@ -25,7 +28,9 @@ never share parameters by name; :meth:`FitResult.activate` re-enters it.
 :meth:`zoo.core.likelihoods.Likelihood.validate_targets`, whether or not Pyro's validation is on), apply
 ``ZOO_NUM_THREADS`` (:mod:`zoo.infer.threads`), and record the registry spec that rebuilds model and guide:
 ``spec=`` if given, else the one :func:`zoo.experiments.registry.build` left on the model, so a fit made
-through the Python API reloads with ``zoo.checkpoint.load(path)`` alone.
+through the Python API reloads with ``zoo.checkpoint.load(path)`` alone.  A pair fresh from ``zoo.build``
+(no ``seed=``) gets its initial values drawn under the fit's ``seed`` (:mod:`zoo.core.build_seed`), and
+:func:`resume` refuses data of other shapes than the fit's.
 """
 
 from __future__ import annotations
@@ -42,20 +47,24 @@ import torch
 from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.elbo import ELBO
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain text bar: no ipywidgets needed, no widget warning in notebooks
 
 from zoo.core.guide import ClosedFormGuide
 from zoo.core.likelihoods import Likelihood
 from zoo.core.validation import check_positive_int, check_tensor, resolve_device
+from zoo.data.tensors import conform_tensors
+from zoo.infer import distributed
 from zoo.infer.config import FitConfig, resolve_fit_config
+from zoo.infer.divergence import DivergenceError, check_collapse, first_nonfinite, step_error
 from zoo.infer.optim import make_optimizer, optimizer_name
-from zoo.infer.result import ConvergenceMonitor, FitResult
+from zoo.infer.result import ConvergenceMonitor, FitResult, guide_class_path
 from zoo.infer.threads import apply_num_threads
 
 __all__ = [
     "FitResult",
     "FitConfig",
     "ConvergenceMonitor",
+    "DivergenceError",
     "fit",
     "resume",
     "make_optimizer",
@@ -99,12 +108,6 @@ def check_model_data(model: torch.nn.Module, x: object, y: object) -> None:
     likelihood = getattr(model, "likelihood", None)
     if y is not None and isinstance(likelihood, Likelihood):
         likelihood.validate_targets(y)
-
-
-def guide_class_path(guide: object) -> str:
-    """``module.QualName`` of a guide's class (recorded in the spec, checked when a checkpoint is loaded)."""
-    cls = type(guide)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def fit_spec(model: torch.nn.Module, guide: object, spec: Mapping | None) -> dict | None:
@@ -191,10 +194,12 @@ def fit(
     ``ZOO_NUM_THREADS`` is applied when set (:mod:`zoo.infer.threads`).
     """
     optim = _split_optimizer(optimizer, settings)
-    cfg = resolve_fit_config(config, settings)
+    cfg = distributed.resolve_nproc(resolve_fit_config(config, settings))
     _check_objects(guide, loss)
     check_model_data(model, x, y)
+    x, y = conform_tensors(model, x, y)  # no rows, any float dtype, scale warning (zoo.data.tensors)
     spec = fit_spec(model, guide, spec)
+    _reseed_fresh_build(model, guide, cfg.seed)
     apply_num_threads()
     dev = resolve_device(cfg.device)
     model.to(dev)
@@ -204,9 +209,24 @@ def fit(
     y = None if y is None else y.to(dev)
     if optim is None:
         optim = make_optimizer(cfg.optimizer, cfg.lr)
+    if cfg.nproc > 1 and distributed.active() is None:  # data parallel: zoo.infer.launch spawns the ranks
+        from zoo.infer.launch import launch_fit
+
+        return launch_fit(
+            model, guide, x, y, cfg, optimizer=optim, loss=loss, callbacks=callbacks, spec=spec, fit_fn=fit
+        )
     pyro.set_rng_seed(cfg.seed)
     result = _new_result(model, guide, (x, y), cfg, optim, loss, spec, dev)
     return run_steps(result, x, y, cfg.steps, progress=cfg.progress, callbacks=callbacks)
+
+
+def _reseed_fresh_build(model: torch.nn.Module, guide: object, seed: int) -> None:
+    """A pair straight from ``zoo.build`` without ``seed=`` gets its initial values drawn under ``seed``
+    (:mod:`zoo.core.build_seed`), so ``build`` then ``fit(seed=s)`` is the same fit everywhere."""
+    from zoo.core.build_seed import reseed_fresh_build
+    from zoo.experiments.registry import build_from_spec
+
+    reseed_fresh_build(model, guide, seed, build_from_spec)
 
 
 def _new_result(model, guide, data, cfg: FitConfig, optim, loss, spec, dev: torch.device) -> FitResult:
@@ -225,13 +245,39 @@ def _new_result(model, guide, data, cfg: FitConfig, optim, loss, spec, dev: torc
         device=dev,
         optim=optim,
         loss=loss if loss is not None else Trace_ELBO(num_particles=cfg.num_particles),
-        loop_state={"gen": torch.Generator().manual_seed(cfg.seed), "perm": None, "pos": 0, "epoch": 0},
+        loop_state={
+            "gen": torch.Generator().manual_seed(cfg.seed),
+            "perm": None,
+            "pos": 0,
+            "epoch": 0,
+            "data": _data_shapes(x, y),
+        },
         spec=spec,
         example=(x[:2].detach().cpu(), None if y is None else y[:2].detach().cpu()),
     )
     if cfg.tol is not None:
         result.loop_state["monitor"] = ConvergenceMonitor(cfg.tol, cfg.patience, cfg.window)
     return result
+
+
+def _data_shapes(x: Tensor, y: Tensor | None) -> dict:
+    """The training data's shapes as plain data (kept in the loop state and checkpoints)."""
+    return {"x": list(x.shape), "y": None if y is None else list(y.shape)}
+
+
+def _check_same_data(result: FitResult, x: Tensor, y: Tensor | None) -> None:
+    """A fit continues on the data it was trained on: other shapes or sizes change the minibatch stream,
+    the ELBO's ``N`` and the closed-form factors sized by the training set."""
+    fitted = result.loop_state.get("data")
+    if fitted is None:  # a fit recorded before the shapes were
+        return
+    now = _data_shapes(x, y)
+    for name in ("x", "y"):
+        if fitted[name] != now[name]:
+            raise ValueError(
+                f"{name}: this fit was trained on {name} of shape {tuple(fitted[name] or ())} but resume got "
+                f"{tuple(now[name] or ())}; resume on the same training data (or start a new fit)"
+            )
 
 
 def resume(
@@ -249,10 +295,16 @@ def resume(
     """
     steps = check_positive_int("steps", steps, allow_zero=True)
     check_model_data(result.model, x, y)
+    x, y = conform_tensors(result.model, x, y)
+    _check_same_data(result, x, y)
     apply_num_threads()
     x = x.to(result.device)
     y = None if y is None else y.to(result.device)
     result.converged = False
+    if int(result.config.get("nproc", 1)) > 1 and distributed.active() is None:
+        from zoo.infer.launch import launch_resume
+
+        return launch_resume(result, x, y, steps, progress=progress, callbacks=callbacks, resume_fn=resume)
     return run_steps(result, x, y, steps, progress=progress, callbacks=callbacks)
 
 
@@ -273,12 +325,33 @@ def _step(svi: SVI, result: FitResult, x: Tensor, y: Tensor | None, idx: Tensor 
     return float(elbo)
 
 
+def _checked_step(svi: SVI, result: FitResult, x: Tensor, y: Tensor | None, idx: Tensor | None) -> float:
+    """:func:`_step`, then the divergence checks of :mod:`zoo.infer.divergence` (non-finite ELBO, parameter,
+    buffer or distribution parameter; collapsed ELBO): a :class:`DivergenceError` naming the step."""
+    step, store = result.steps + 1, pyro.get_param_store()
+    model, guide = result.model, result.guide
+    try:
+        elbo = _step(svi, result, x, y, idx)
+    except (ValueError, RuntimeError) as e:
+        error = step_error(e, step, store.named_parameters(), model, guide)
+        if error is None:
+            raise
+        raise error from e
+    bad = first_nonfinite(store.named_parameters(), model, guide)
+    if bad is not None:
+        raise DivergenceError(step, bad, guide)
+    if not math.isfinite(elbo):
+        raise DivergenceError(step, f"the ELBO is {elbo}", guide)
+    collapsed = check_collapse(result.loop_state.setdefault("divergence", {}), elbo, x.shape[0])
+    if collapsed is not None:
+        raise DivergenceError(step, collapsed, guide)
+    return elbo
+
+
 def _record(result: FitResult, elbo: float, callbacks: Sequence[Callback]) -> bool:
     """Book-keep one step; True when the fit should stop (a callback or the stopping rule)."""
     result.elbo.append(elbo)
     result.steps += 1
-    if not math.isfinite(elbo):
-        raise FloatingPointError(f"ELBO became {elbo} at step {result.steps}; lower lr or check data")
     try:
         for cb in callbacks:
             cb(result.steps, elbo, result)
@@ -301,6 +374,13 @@ def run_steps(
     callbacks: Sequence[Callback] = (),
 ) -> FitResult:
     """Run up to ``steps`` iterations of ``result``'s fit (see the module docstring)."""
+    if distributed.active() is not None:  # one rank of a data-parallel fit (zoo.infer.distributed)
+        from zoo.infer.launch import run_steps_distributed
+
+        return run_steps_distributed(
+            result, x, y, steps, progress=progress, callbacks=callbacks,
+            next_batch=_next_batch, record=_record,
+        )  # fmt: skip
     n = x.shape[0]
     batch_size = result.config.get("batch_size")
     t0 = time.perf_counter()
@@ -310,7 +390,7 @@ def run_steps(
         try:
             for _ in range(steps):
                 idx = _next_batch(result.loop_state, n, batch_size, result.device)
-                elbo = _step(svi, result, x, y, idx)
+                elbo = _checked_step(svi, result, x, y, idx)
                 bar.update(1)
                 if result.steps % 50 == 49:
                     bar.set_postfix(elbo=f"{elbo:.4g}")

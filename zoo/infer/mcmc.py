@@ -71,6 +71,9 @@ class NUTSConfig(Config):
     worker processes (``None``: when ``chains > 1`` and more than one core is available, one process per
     core); ``threads``: torch threads per chain (``None``: the caller's ``torch.get_num_threads()``);
     ``hierarchical``: sample a prior that has a hierarchical form (``prior.hierarchical``) in that form;
+    ``full_mass``: adapt a dense mass matrix during warm-up (Pyro's ``full_mass=True``) instead of a diagonal
+    one — for small networks whose posterior is strongly correlated (a few dozen parameters: its cost is
+    quadratic in their number) it replaces long trajectories at tiny step sizes;
     ``metadata``: plain data recorded in ``result.config`` (e.g. the target standardization
     ``y_mean``/``y_std`` that ``predict`` undoes).
     """
@@ -87,6 +90,7 @@ class NUTSConfig(Config):
     parallel: bool | None = None
     threads: int | None = None
     hierarchical: bool = True
+    full_mass: bool = False
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -101,7 +105,7 @@ class NUTSConfig(Config):
         check_probability("target_accept", self.target_accept)
         check_positive_int("max_tree_depth", self.max_tree_depth)
         check_positive_int("seed", self.seed, allow_zero=True)
-        for name in ("jit_compile", "progress", "hierarchical"):
+        for name in ("jit_compile", "progress", "hierarchical", "full_mass"):
             check_bool(name, getattr(self, name))
         check_optional("parallel", self.parallel, check_bool)
         check_optional("threads", self.threads, check_positive_int)

@@ -26,7 +26,7 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide import initialization as init
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain text bar: no ipywidgets needed, no widget warning in notebooks
 
 __all__ = ["INIT_STRATEGIES", "chain_seed", "default_workers", "make_kernel", "run_chain", "run_chains"]
 
@@ -68,7 +68,7 @@ def default_workers(chains: int, parallel: bool | None) -> int:
 
 def make_kernel(model: torch.nn.Module, cfg: Any) -> NUTS:
     """Pyro's NUTS kernel on ``model`` with the settings of a :class:`~zoo.infer.mcmc.NUTSConfig`
-    (diagonal mass matrix and step size adapted during warm-up)."""
+    (diagonal or, with ``full_mass``, dense mass matrix and step size adapted during warm-up)."""
     return NUTS(
         model,
         target_accept_prob=cfg.target_accept,
@@ -77,7 +77,7 @@ def make_kernel(model: torch.nn.Module, cfg: Any) -> NUTS:
         ignore_jit_warnings=True,
         max_plate_nesting=1,
         init_strategy=INIT_STRATEGIES[cfg.init],
-        full_mass=False,
+        full_mass=bool(getattr(cfg, "full_mass", False)),
     )
 
 

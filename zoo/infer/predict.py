@@ -26,7 +26,7 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from zoo.core.validation import check_positive_int, check_same_device, check_tensor
+from zoo.core.validation import check_positive_int, check_same_device, check_seed, check_tensor
 
 __all__ = ["Predictions", "predict", "iter_draws", "log_likelihood", "posterior_samples"]
 
@@ -101,6 +101,8 @@ def iter_draws(
 
 @contextlib.contextmanager
 def _seeded(seed: int | None):
+    if seed is not None:
+        check_seed("seed", seed)
     if seed is None:
         yield
         return
@@ -110,14 +112,46 @@ def _seeded(seed: int | None):
         yield
 
 
-def _check_x(result, x: Tensor) -> None:
+def _check_x(result, x: Tensor) -> Tensor:
+    """``x`` checked against the fit (2-D, finite, its feature count and device), cast to the model's
+    floating dtype (float16/bfloat16/float64 inputs all work)."""
     if isinstance(x, Tensor):
         check_same_device(result.device, x=x)
     check_tensor("x", x, ndim=2, dtype_kind="float")
     arch = result.model.architecture
     if x.shape[1] != arch.in_features:
         raise ValueError(f"x has {x.shape[1]} features but the model expects {arch.in_features}")
-    check_same_device(result.device, x=x)
+    if x.shape[0] == 0:
+        raise ValueError("x has no rows: nothing to predict")
+    from zoo.data.tensors import model_dtype
+
+    dtype = model_dtype(result.model)
+    return x if x.dtype == dtype else x.to(dtype)
+
+
+def _ready(result) -> None:
+    """Set up a guide that a zero-step fit never ran: an autoguide builds its parameters from a trace of
+    the model on the training example (as the first step would), so ``fit(steps=0)`` then :func:`predict`
+    predicts from the initial guide.  A closed-form-only guide has no posterior before its first update:
+    that is a ``ValueError`` naming ``result``."""
+    from zoo.core.guide import ClosedFormGuide
+
+    guide = result.guide
+    if getattr(result, "steps", 1) != 0:
+        return
+    if not getattr(guide, "uses_gradients", True):  # a CAVI guide, or posterior draws (nothing to set up)
+        if not isinstance(guide, ClosedFormGuide):
+            return
+        raise ValueError(
+            "result: the fit ran 0 steps and its closed-form guide has no posterior before its first "
+            "update; fit (or resume) at least one step before predicting"
+        )
+    example = getattr(result, "example", None)
+    if example is None:
+        return
+    x, y = (None if t is None else t.to(result.device) for t in example)
+    with torch.no_grad(), result.activate():
+        poutine.trace(guide).get_trace(x, y)  # under a handler, as inference runs it
 
 
 def _target_scale(result) -> tuple[float, float]:
@@ -153,10 +187,13 @@ def predict(
     ``predictive_kwargs`` (e.g. ``mode="mpm"``) go to a guide's own ``predictive`` method; results of
     such a method are mapped to the original target scale here, like the generic path's.
     """
-    _check_x(result, x)
+    x = _check_x(result, x)
     num_samples = check_positive_int("num_samples", num_samples)
     sample_chunk = check_positive_int("sample_chunk", sample_chunk)
     data_chunk = check_positive_int("data_chunk", data_chunk)
+    if seed is not None:
+        check_seed("seed", seed)
+    _ready(result)
     guide = result.guide
     mu, sd = _target_scale(result)
     if hasattr(guide, "predictive"):
@@ -239,11 +276,14 @@ def log_likelihood(
     seed: int | None = None,
 ) -> Tensor:
     """Pointwise ``log p(y_n | θ_s)`` of shape ``(S, N)`` (original target scale for regression)."""
-    _check_x(result, x)
+    x = _check_x(result, x)
     check_tensor("y", y, ndim=(1, 2))
     if y.shape[0] != x.shape[0]:
         raise ValueError(f"y has {y.shape[0]} rows but x has {x.shape[0]}")
     check_same_device(result.device, y=y)
+    if y.is_floating_point() and y.dtype != x.dtype:
+        y = y.to(x.dtype)
+    _ready(result)
     lik = result.model.likelihood
     mu, sd = _target_scale(result)
     out = torch.empty((num_samples, x.shape[0]), dtype=x.dtype, device=x.device)
@@ -268,6 +308,7 @@ def posterior_samples(
 ) -> dict[str, Tensor]:
     """Draws of every latent site of the guide: ``{site: (S, *site_shape)}`` (particle dims squeezed)."""
     num_samples = check_positive_int("num_samples", num_samples)
+    _ready(result)
     xs = x if x is not None else torch.zeros(1, result.model.architecture.in_features, device=result.device)
     out: dict[str, list[Tensor]] = {}
     with _seeded(seed), torch.no_grad(), result.activate():

@@ -20,7 +20,13 @@ from zoo.infer.config import FitConfig
 from zoo.infer.predict import Predictions, predict
 from zoo.infer.snapshot import write_checkpoint
 
-__all__ = ["FitResult", "ConvergenceMonitor"]
+__all__ = ["FitResult", "ConvergenceMonitor", "guide_class_path"]
+
+
+def guide_class_path(guide: object) -> str:
+    """``module.QualName`` of a guide's class (recorded in the spec, checked when a checkpoint is loaded)."""
+    cls = type(guide)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 class ConvergenceMonitor:

@@ -38,7 +38,8 @@ def _optim_spec(optim) -> dict | None:
         "class": type(optim).__name__,
         "constructor": getattr(optim.pt_optim_constructor, "__name__", None),
         "args": dict(optim.pt_optim_args) if isinstance(optim.pt_optim_args, dict) else None,
-        "state": optim.get_state(),
+        # a loaded, not yet stepped optimizer keeps its state "waiting to be consumed": save that too
+        "state": {**getattr(optim, "_state_waiting_to_be_consumed", {}), **optim.get_state()},
     }
 
 

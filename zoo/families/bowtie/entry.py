@@ -25,8 +25,9 @@ from zoo.families.bowtie.options import BowtieOptions
 from zoo.families.bowtie.prior import BowtieNoisePrior, GaussianBowtiePrior, NGIGPrior
 
 REFERENCES = (
-    "Sheinkman & Wade 2025, Variational Bayesian Bow tie Neural Networks with Shrinkage (arXiv 2411.11132)",
-    "§3.1 and Algorithm 1 (CAVI), §3.3 (SVI), App. B (ELBO), App. D.1 (hyper-parameters)",
+    "Sheinkman & Wade 2025, Variational Bayesian Bow tie Neural Networks with Shrinkage (arXiv:2411.11132)",
+    "Sheinkman & Wade 2025 (arXiv:2411.11132): §3.1 and Algorithm 1 (CAVI), §3.3 (SVI), App. B (ELBO), "
+    "App. D.1 (hyper-parameters)",
 )
 
 

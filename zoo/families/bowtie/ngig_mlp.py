@@ -83,7 +83,7 @@ register(
         fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
         references=(
             "Sheinkman & Wade 2025, Variational Bayesian Bow tie Neural Networks with Shrinkage "
-            "(arXiv 2411.11132), §2.2 Eqs. 5-7 and App. D.1 (prior), App. D.2 (the ReLU-MLP baselines)",
+            "(arXiv:2411.11132), §2.2 Eqs. 5-7 and App. D.1 (prior), App. D.2 (the ReLU-MLP baselines)",
         ),
     )
 )

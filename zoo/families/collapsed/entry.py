@@ -117,7 +117,10 @@ for _kind in ("cm", "cv", "cmv"):
             options=CollapsedOptions,
             guides=GUIDES,
             fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
-            references=(REFERENCE, "Table 4 (hyper-parameters), App. B (derivations)"),
+            references=(
+                REFERENCE,
+                "Tomczak et al. 2021 (NeurIPS 34): Table 4 (hyper-parameters), App. B (derivations)",
+            ),
         )
     )
 

@@ -145,8 +145,10 @@ register(
         fit_fn=fit_lbbnn_staged,
         options=LBBNNOptions,
         references=(
-            "Hubin & Storvik, Variational Inference for Bayesian Neural Networks under Model and "
-            "Parameter Uncertainty (Mathematics 2024; arXiv:1903.07594)",
+            "Hubin & Storvik 2019, Variational Inference for Bayesian Neural Networks under Model and "
+            "Parameter Uncertainty (arXiv:1903.07594; Mathematics 2024)",
+            "Skaaret-Lund, Storvik & Hubin 2023, Sparsifying Bayesian Neural Networks with Latent Binary "
+            "Variables and Normalizing Flows (arXiv:2305.03395): the lcrt and flow guides",
         ),
         default_hidden=(50,),
         extra_metrics=lambda run: _selection_if_known(run),

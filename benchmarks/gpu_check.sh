@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One-command GPU check (issue 18): on a machine with one CUDA GPU, within 9 minutes,
+#   1. the test suite (not the @slow tests) with ZOO_DEVICE=cuda, capped at ZOO_GPU_TEST_SECONDS (default 300);
+#   2. the speed benchmarks of benchmarks/gpu_speed.py (MF-LBBNN 784-400-600-10 epoch, horseshoe mnist10k
+#      epoch, bow-tie CAVI sweep on protein), each on CUDA and on the CPU, capped at ZOO_GPU_BENCH_SECONDS
+#      (default 200);
+# and writes benchmarks/results/gpu.json (test outcome + figures).  Record the figures in
+# benchmarks/RESULTS.md by hand.
+#
+# On a machine without a CUDA device it prints why and exits with code 69 (EX_UNAVAILABLE), having run and
+# written nothing.  Exit codes otherwise: 0 tests passed and figures written; 1 tests failed or timed out
+# (figures still written); 2 the benchmark failed.
+#
+# Usage: ZOO_DATA_DIR=<data> bash benchmarks/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+PY="${PYTHON:-python}"
+
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  echo "gpu_check: no CUDA GPU visible to torch (torch.cuda.is_available() is False):" \
+       "nothing was run and nothing was written; run this on a machine with a GPU." >&2
+  exit 69
+fi
+
+log="$(mktemp -t zoo-gpu-tests.XXXXXX)"
+trap 'rm -f "$log"' EXIT
+export ZOO_DEVICE=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
+
+echo "gpu_check: test suite with ZOO_DEVICE=cuda (cap ${ZOO_GPU_TEST_SECONDS:-300}s)"
+t0=$(date +%s)
+timeout "${ZOO_GPU_TEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider -m "not slow" 2>&1 | tee "$log"
+test_rc=${PIPESTATUS[0]}
+t1=$(date +%s)
+
+echo "gpu_check: speed benchmarks, CUDA vs CPU (cap ${ZOO_GPU_BENCH_SECONDS:-200}s)"
+timeout "${ZOO_GPU_BENCH_SECONDS:-200}" "$PY" benchmarks/gpu_speed.py --devices cpu cuda \
+  --tests-log "$log" --tests-rc "$test_rc" --tests-seconds "$((t1 - t0))" \
+  --out benchmarks/results/gpu.json
+bench_rc=$?
+
+if [ "$bench_rc" -ne 0 ]; then
+  echo "gpu_check: the speed benchmark failed (exit $bench_rc); tests exited $test_rc" >&2
+  exit 2
+fi
+if [ "$test_rc" -ne 0 ]; then
+  echo "gpu_check: tests exited $test_rc (124 = timed out); figures in benchmarks/results/gpu.json" >&2
+  exit 1
+fi
+echo "gpu_check: tests passed; figures in benchmarks/results/gpu.json"
