@@ -164,11 +164,12 @@ def _floor(arrays: dict) -> dict[str, float]:
     return {"w2": regression_scores(a, b)["w2"], "draws_per_half": float(half)}
 
 
-def _markdown(board: dict, metas: dict, floors: dict, command: str) -> str:
+def _markdown(board: dict, metas: dict, floors: dict, command: str, steps: dict | None = None) -> str:
     lines = [
         "# Scoreboard: guides against reference posteriors",
         "",
-        f"Command: `{command}`.  Reference store: `benchmarks/reference/` (`zoo reference list`).",
+        f"Last command: `{command}` (each instance's training steps are in its heading).",
+        "Reference store: `benchmarks/reference/` (`zoo reference list`).",
         "Headline: W2 of the predictive draws of y / train-target sd (regression) or total variation of",
         "P(y = 1) (binary); lower is better; mean ± sd over seeds.  Other columns: see",
         "`zoo/reference/score.py` (f: network output, only for guides of the reference's own model).",
@@ -183,7 +184,9 @@ def _markdown(board: dict, metas: dict, floors: dict, command: str) -> str:
         d = m["diagnostics"]
         how = "exact enumeration" if m["method"] == "enumeration" else f"NUTS, {d['draws_total']} draws"
         size = f"n_train {m['n_train']}, n_test {m['n_test']}"
-        lines += [f"## {name}: {m['model']} on {m['dataset']} ({size}; {how})", ""]
+        used = (steps or {}).get(name, [None])
+        trained = ", ".join("each model's default" if k is None else str(k) for k in used)
+        lines += [f"## {name}: {m['model']} on {m['dataset']} ({size}; {how}; training steps: {trained})", ""]
         regression = m["task"] == "regression"
         sd = m.get("y_std") or 1.0
         if regression:
@@ -261,7 +264,8 @@ def _render(args: argparse.Namespace, journal: Path, command: str) -> None:
     out = Path(args.out)
     record = {"command": command, "seeds": args.seeds, "steps": args.steps, "floors": floors, "board": board}
     atomic_write_text(out / "scoreboard.json", dumps_json(record))
-    atomic_write_text(out / "scoreboard.md", _markdown(board, metas, floors, command))
+    steps = {n: sorted({r.get("steps") for r in rows if r["instance"] == n}, key=str) for n in refs}
+    atomic_write_text(out / "scoreboard.md", _markdown(board, metas, floors, command, steps))
     if board:
         _heatmap(board, out / "scoreboard.png")
 

@@ -241,6 +241,15 @@ def test_scheduling() -> None:
     assert default_workers(4, True) >= 2
 
 
+def test_chains_stay_in_process_inside_a_fanned_out_worker() -> None:
+    """A NUTS fit dispatched to a loky worker (``zoo reproduce mfvi-uci`` with its ``nuts`` variant) runs its
+    chains in that worker: spawned children of a loky worker fail to start ('cannot find context')."""
+    from joblib import Parallel, delayed
+
+    got = Parallel(n_jobs=2, backend="loky")(delayed(default_workers)(4, None) for _ in range(2))
+    assert got == [1, 1]
+
+
 def test_parallel_chains_equal_sequential_chains() -> None:
     """Chain k is seeded from (seed, k) only: worker processes give the sequential draws."""
     x, y = _blr_data(n=12)
@@ -293,8 +302,14 @@ def test_nuts_protocol_variants(protocol: str, model: str) -> None:
     from zoo.experiments.reproduce import PROTOCOLS, available_protocols, run_config
 
     available_protocols()
+    from zoo.experiments.reproduce import select_variants
+
     runs = [r for r in PROTOCOLS[protocol].runs(None) if r.variant == "nuts"]
     assert {r.dataset for r in runs} == {"uci:yacht", "uci:bostonHousing"}
+    # hours per fit: the nuts rows run only when named
+    p = PROTOCOLS[protocol]
+    assert "nuts" not in {r.variant for r in select_variants(p.runs(None), None, p.opt_in)}
+    assert select_variants(p.runs(None), ["nuts"], p.opt_in) == runs
     assert sorted({r.split for r in runs}) == [0, 1, 2, 3, 4] and {r.model for r in runs} == {model}
     for r in runs:
         _, _, cfg = run_config(r)

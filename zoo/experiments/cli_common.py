@@ -197,7 +197,7 @@ def check_protocol_splits(name: str, splits: Sequence[int] | None, variants: Seq
     from zoo.experiments.reproduce import PROTOCOLS, run_config, select_variants
 
     seen: set[tuple[str, int]] = set()
-    for spec in select_variants(PROTOCOLS[name].runs(splits), variants):
+    for spec in select_variants(PROTOCOLS[name].runs(splits), variants, PROTOCOLS[name].opt_in):
         if (spec.dataset, spec.split) not in seen:
             seen.add((spec.dataset, spec.split))
             try:

@@ -29,3 +29,5 @@ class Protocol:
     metrics: Sequence[str]
     paper: dict = field(default_factory=dict)  # {(variant, dataset): {metric: value}} reference numbers
     paper_source: str = ""
+    #: variants that run only when named (``--variants``/``variants=``): the NUTS rows cost hours per fit
+    opt_in: tuple[str, ...] = ()

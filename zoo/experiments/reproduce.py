@@ -167,10 +167,13 @@ def _preflight(specs: Sequence[RunSpec]) -> None:
             load_dataset(s.dataset, s.split, data_dir=cfg.data_dir)
 
 
-def select_variants(specs: list[RunSpec], variants: Sequence[str] | None) -> list[RunSpec]:
-    """The runs of the named ``variants`` only (all runs for ``None``); an unknown name is a ValueError."""
+def select_variants(
+    specs: list[RunSpec], variants: Sequence[str] | None, opt_in: Sequence[str] = ()
+) -> list[RunSpec]:
+    """The runs of the named ``variants`` only (``None``: every run but those of the ``opt_in`` variants,
+    which run only when named); an unknown name is a ValueError."""
     if variants is None:
-        return specs
+        return [s for s in specs if s.variant not in set(opt_in)]
     known = list(dict.fromkeys(s.variant for s in specs))
     unknown = [v for v in variants if v not in known]
     if unknown or not variants:
@@ -187,7 +190,7 @@ def check_protocol_data(
         raise ValueError(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
         )
-    _preflight(select_variants(PROTOCOLS[name].runs(splits), variants))
+    _preflight(select_variants(PROTOCOLS[name].runs(splits), variants, PROTOCOLS[name].opt_in))
 
 
 def _key(variant: str, dataset: str, split: int) -> tuple[str, str, int]:
@@ -334,7 +337,7 @@ def run_protocol(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
         )
     p = PROTOCOLS[name]
-    specs = _apply_overrides(select_variants(p.runs(splits), variants), overrides)
+    specs = _apply_overrides(select_variants(p.runs(splits), variants, p.opt_in), overrides)
     _preflight(specs)
     cfg = dispatch or DispatchConfig(jobs=jobs)
     out = Path(out_dir)

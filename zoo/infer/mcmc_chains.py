@@ -57,8 +57,13 @@ def _cores() -> int:
 def default_workers(chains: int, parallel: bool | None) -> int:
     """Worker processes for ``chains`` chains: 1 for ``parallel=False`` or one chain; otherwise one per
     available core up to ``chains`` (``parallel=None`` needs at least two cores, ``True`` forces two or
-    more workers even on one core)."""
+    more workers even on one core).  ``parallel=None`` inside a worker process (a fit fanned out by
+    :mod:`zoo.experiments.dispatch`: loky, Dask or Ray already use the cores) runs the chains in that
+    process: its children could not even start there (a loky worker's start method is not one a plain
+    ``spawn`` child knows)."""
     if parallel is False or chains == 1:
+        return 1
+    if parallel is None and mp.current_process().name != "MainProcess":
         return 1
     cores = _cores()
     if parallel is None:

@@ -231,11 +231,12 @@ register_protocol(
             "one hidden layer of 50 ReLU units; standard splits 0-9; HS and reg-HS, factorized and "
             "structured guides; Adam lr 0.005, batch 128, 5000 steps; metrics on the original scale from "
             "100 draws; `density` from the pruning rule P(tau v < 1e-3) > 0.9.  Variant nuts (yacht, boston, "
-            "splits 0-4; `--variants nuts`): NUTS on the same non-centered hs-bnn, 4 chains x 500 warm-up + "
-            "500 draws, tree depth <= 8, metrics from every draw."
+            "splits 0-4; only with `--variants nuts`): NUTS on the same non-centered hs-bnn, 4 chains x 500 "
+            "warm-up + 500 draws, tree depth <= 8, metrics from every draw."
         ),
         runs=_uci_runs,
         metrics=("rmse", "rmse_draws", "nll", "coverage95", "units_kept", "units_active", "density"),
+        opt_in=("nuts",),
         paper_source=(
             "arXiv:1705.10388 §6.3.3-6.5, Figs. 11-13 (relative-improvement figures only; no numbers in the "
             "text)"
