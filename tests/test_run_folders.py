@@ -278,3 +278,31 @@ def test_a_leaderboard_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.setattr(zoo.io.os, "fdopen", real_fdopen)
     paths = leaderboard.write_leaderboard({"rows": []}, tmp_path)
     assert paths["md"].read_text() == "new md" and paths["png"].read_bytes() == b"new png"
+
+
+def test_a_bench_folder_changes_as_one_set(tmp_path, monkeypatch):
+    """``zoo bench`` writes ``bench.json`` and its leaderboard together: a full disk while writing them keeps
+    the earlier files and the journal (which holds every finished fit); success removes the journal."""
+    from zoo.experiments.bench import BENCH_FILE, JOURNAL_FILE, write_bench
+
+    journal = tmp_path / JOURNAL_FILE
+    journal.write_text('{"fit": 1}\n')
+    (tmp_path / BENCH_FILE).write_text("old bench")
+    (tmp_path / "leaderboard.md").write_text("old md")
+    before = _snapshot(tmp_path)
+    real_fdopen, calls = os.fdopen, []
+
+    def fdopen(fd, *a, **k):
+        calls.append(fd)
+        if len(calls) == 2:
+            os.close(fd)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fdopen(fd, *a, **k)
+
+    monkeypatch.setattr(zoo.io.os, "fdopen", fdopen)
+    with pytest.raises(OSError, match="No space"):
+        write_bench(tmp_path, {"rows": [1]}, {tmp_path / "leaderboard.md": b"new md"})
+    assert _snapshot(tmp_path) == before and not _temporaries(tmp_path)
+    monkeypatch.setattr(zoo.io.os, "fdopen", real_fdopen)
+    write_bench(tmp_path, {"rows": [1]}, {tmp_path / "leaderboard.md": b"new md"})
+    assert (tmp_path / "leaderboard.md").read_text() == "new md" and not journal.exists()

@@ -32,9 +32,18 @@ from zoo.experiments.dispatch import DispatchConfig
 from zoo.experiments.journal import JournalMismatch, describe_difference, read_journal, run_journaled
 from zoo.experiments.runs import dumps_json
 from zoo.experiments.suites import Suite
-from zoo.io import atomic_write_text
+from zoo.io import atomic_write_many
 
-__all__ = ["BenchSpec", "BenchPlan", "FitTask", "parse_spec", "run_fits", "fit_task", "BENCH_FILE"]
+__all__ = [
+    "BenchSpec",
+    "BenchPlan",
+    "FitTask",
+    "parse_spec",
+    "run_fits",
+    "write_bench",
+    "fit_task",
+    "BENCH_FILE",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -386,9 +395,12 @@ def run_fits(
     progress: bool = True,
     tasks: Sequence[FitTask] | None = None,
     dispatch: DispatchConfig | None = None,
+    finalize: bool = True,
 ) -> dict:
     """Fit every task of ``plan`` not done yet in ``out_dir`` and write ``DIR/bench.json`` atomically
     (``{"signature", "rows", "wall_seconds"}``; the journal is removed).  Returns that document.
+    ``finalize=False`` writes nothing yet: the caller passes the document to :func:`write_bench` with the
+    files derived from it (the leaderboard), so that the folder changes as one set.
 
     Fits run on ``dispatch``'s backend (:mod:`zoo.experiments.dispatch`; default ``jobs`` loky worker
     processes); the rows do not depend on the backend.
@@ -417,6 +429,15 @@ def run_fits(
     )
     rows = [results[t.key] for t in tasks]
     doc = {"signature": signature, "wall_seconds": round(time.perf_counter() - t0, 1), "rows": rows}
-    atomic_write_text(out / BENCH_FILE, dumps_json(doc))
-    (out / JOURNAL_FILE).unlink(missing_ok=True)
+    if finalize:
+        write_bench(out, doc)
     return doc
+
+
+def write_bench(out_dir: str | Path, doc: Mapping, extra: Mapping[Path, bytes] | None = None) -> None:
+    """Write ``DIR/bench.json`` and the ``extra`` files derived from it as one set
+    (:func:`zoo.io.atomic_write_many`: a failure, e.g. a full disk, replaces none of them), then remove the
+    journal, which until then still holds every finished fit."""
+    out = Path(out_dir)
+    atomic_write_many({out / BENCH_FILE: dumps_json(dict(doc)).encode("utf-8"), **dict(extra or {})})
+    (out / JOURNAL_FILE).unlink(missing_ok=True)

@@ -176,9 +176,9 @@ def _plan(parser: argparse.ArgumentParser, a: argparse.Namespace):
 
 def bench_command(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Sequence[str] | None) -> int:
     """Run ``zoo bench`` (arguments already parsed, plugins loaded)."""
-    from zoo.experiments.bench import run_fits
+    from zoo.experiments.bench import run_fits, write_bench
     from zoo.experiments.cli_common import log_progress
-    from zoo.experiments.leaderboard import build_leaderboard, load_zoo_rows, write_leaderboard
+    from zoo.experiments.leaderboard import build_leaderboard, leaderboard_files, load_zoo_rows
     from zoo.infer.threads import apply_num_threads
 
     plan, tasks = _plan(parser, a)
@@ -192,7 +192,10 @@ def bench_command(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: 
 
     dispatch = dispatch_config(parser, a)
     try:
-        doc = run_fits(plan, a.out, jobs=a.jobs, progress=not a.no_progress, tasks=tasks, dispatch=dispatch)
+        doc = run_fits(
+            plan, a.out, jobs=a.jobs, progress=not a.no_progress, tasks=tasks, dispatch=dispatch,
+            finalize=False,
+        )  # fmt: skip
     except DispatchError as e:  # a cluster that cannot be reached: raised before any fit
         parser.error(f"argument {e.flag}: {e}")
     bench_label = plan.specs[0].label
@@ -214,7 +217,9 @@ def bench_command(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: 
         command=cmd,
         run={"steps": plan.steps, "splits": list(plan.effective_splits), "seeds": plan.seeds},
     )
-    paths = write_leaderboard(lb, a.out)
+    files = leaderboard_files(lb, a.out)
+    write_bench(a.out, doc, files)  # bench.json and the leaderboard replace the folder's files as one set
+    paths = {p.suffix[1:]: p for p in files}
     print(lb["title"])
     for e in lb["rows"]:
         ranks = ", ".join(f"{m} {r:.2f}" for m, r in e["rank"].items() if r is not None)

@@ -41,6 +41,7 @@ __all__ = [
     "build_leaderboard",
     "leaderboard_markdown",
     "write_leaderboard",
+    "leaderboard_files",
     "load_zoo_rows",
     "committed_rows_path",
     "zoo_rows_markdown",
@@ -266,18 +267,23 @@ def leaderboard_markdown(lb: Mapping) -> str:
 def write_leaderboard(lb: Mapping, out_dir: str | os.PathLike) -> dict[str, Path]:
     """Write ``leaderboard.{json,md,png}`` together (:func:`zoo.io.atomic_write_many`: all three are written
     to temporaries first, so a failure — a full disk — replaces none of an earlier leaderboard's files)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = leaderboard_files(lb, out)
+    atomic_write_many(files)
+    return {p.suffix[1:]: p for p in files}
+
+
+def leaderboard_files(lb: Mapping, out_dir: str | os.PathLike) -> dict[Path, bytes]:
+    """The contents of ``leaderboard.{json,md,png}`` in ``out_dir`` (nothing written)."""
     from zoo.experiments.leaderboard_plot import leaderboard_png
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {k: out / f"leaderboard.{k}" for k in ("json", "md", "png")}
-    contents = {
-        "png": leaderboard_png(lb),
-        "md": leaderboard_markdown(lb).encode("utf-8"),
-        "json": dumps_json(dict(lb)).encode("utf-8"),
+    return {
+        out / "leaderboard.json": dumps_json(dict(lb)).encode("utf-8"),
+        out / "leaderboard.md": leaderboard_markdown(lb).encode("utf-8"),
+        out / "leaderboard.png": leaderboard_png(lb),
     }
-    atomic_write_many({paths[k]: contents[k] for k in paths})
-    return paths
 
 
 def committed_rows_path(suite: str) -> Path:
