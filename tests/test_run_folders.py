@@ -252,6 +252,21 @@ def test_a_previous_run_moved_aside_by_a_killed_writer_is_restored(tmp_path):
     assert remove_orphans(out) == [dead] and live.exists()
 
 
+
+def _full_disk_on_second_file(monkeypatch):
+    """Make the second file staged by ``zoo.io`` hit a full disk; returns the real ``os.fdopen``."""
+    real_fdopen, calls = os.fdopen, []
+
+    def fdopen(fd, *a, **k):
+        calls.append(fd)
+        if len(calls) == 2:
+            os.close(fd)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fdopen(fd, *a, **k)
+
+    monkeypatch.setattr(zoo.io.os, "fdopen", fdopen)
+    return real_fdopen
+
 def test_a_leaderboard_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     """``zoo bench`` writes ``leaderboard.{json,md,png}`` as one set: a full disk while writing the second
     file leaves the earlier leaderboard's three files as they were and no temporary behind."""
@@ -262,16 +277,7 @@ def test_a_leaderboard_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     before = _snapshot(tmp_path)
     monkeypatch.setattr(leaderboard, "leaderboard_markdown", lambda lb: "new md")
     monkeypatch.setattr("zoo.experiments.leaderboard_plot.leaderboard_png", lambda lb: b"new png")
-    real_fdopen, calls = os.fdopen, []
-
-    def fdopen(fd, *a, **k):  # the second staged file hits a full disk
-        calls.append(fd)
-        if len(calls) == 2:
-            os.close(fd)
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_fdopen(fd, *a, **k)
-
-    monkeypatch.setattr(zoo.io.os, "fdopen", fdopen)
+    real_fdopen = _full_disk_on_second_file(monkeypatch)
     with pytest.raises(OSError, match="No space"):
         leaderboard.write_leaderboard({"rows": []}, tmp_path)
     assert _snapshot(tmp_path) == before and not _temporaries(tmp_path)
@@ -290,16 +296,7 @@ def test_a_bench_folder_changes_as_one_set(tmp_path, monkeypatch):
     (tmp_path / BENCH_FILE).write_text("old bench")
     (tmp_path / "leaderboard.md").write_text("old md")
     before = _snapshot(tmp_path)
-    real_fdopen, calls = os.fdopen, []
-
-    def fdopen(fd, *a, **k):
-        calls.append(fd)
-        if len(calls) == 2:
-            os.close(fd)
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_fdopen(fd, *a, **k)
-
-    monkeypatch.setattr(zoo.io.os, "fdopen", fdopen)
+    real_fdopen = _full_disk_on_second_file(monkeypatch)
     with pytest.raises(OSError, match="No space"):
         write_bench(tmp_path, {"rows": [1]}, {tmp_path / "leaderboard.md": b"new md"})
     assert _snapshot(tmp_path) == before and not _temporaries(tmp_path)
