@@ -79,6 +79,22 @@ class RunConfig(Config):
             norm(self, name, {} if value is None else dict(value) if isinstance(value, Mapping) else value)
         super().__post_init__()
 
+    def build(self, model: str, ds: Any) -> tuple:
+        """``(model, guide, spec)`` of registry ``model`` for dataset ``ds`` with these settings (hidden
+        widths, guide and its options, builder options): the one build of VI and NUTS runs."""
+        from zoo.experiments.registry import build
+
+        return build(
+            model,
+            ds.in_features,
+            ds.out_features,
+            ds.task,
+            hidden=None if self.hidden is None else list(self.hidden),
+            guide=self.guide,
+            guide_options=self.guide_options,
+            **self.options,
+        )
+
     def validate(self) -> None:
         check_positive_int("split", self.split, allow_zero=True)
         _check_hidden(self.hidden)

@@ -24,7 +24,7 @@ import pyro
 from zoo.data import Dataset, load_dataset
 from zoo.experiments.config import RunConfig
 from zoo.experiments.outputs import RunOutput, score_predictions, train_set_metrics
-from zoo.experiments.registry import build, get_entry
+from zoo.experiments.registry import get_entry
 from zoo.infer.mcmc import NUTSConfig, fit_nuts
 from zoo.infer.mcmc_export import all_draws_predict, predictive_diagnostics
 
@@ -127,16 +127,7 @@ def fit_nuts_on_dataset(model: str, dataset: str | Dataset, cfg: RunConfig) -> R
     entry = get_entry(model)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     pyro.set_rng_seed(cfg.seed)
-    m, _, spec = build(
-        model,
-        ds.in_features,
-        ds.out_features,
-        ds.task,
-        hidden=None if cfg.hidden is None else list(cfg.hidden),
-        guide=cfg.guide,
-        guide_options=cfg.guide_options,
-        **cfg.options,
-    )
+    m, _, spec = cfg.build(model, ds)
     result = fit_nuts(m, ds, ncfg.replace(metadata={**ncfg.metadata, "split": cfg.split}), spec=spec)
     _, _, xte, yte = ds.tensors(device=result.device)
     pred = all_draws_predict(result, xte, seed=cfg.seed)

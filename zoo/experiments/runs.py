@@ -32,7 +32,7 @@ from zoo.data.tensors import fit_tensors as _prepare
 from zoo.eval import metrics
 from zoo.experiments.config import RunConfig
 from zoo.experiments.outputs import RunOutput, evaluate, score_predictions, train_set_metrics
-from zoo.experiments.registry import build, get_entry
+from zoo.experiments.registry import get_entry
 from zoo.infer.checkpoint import save
 from zoo.infer.loop import fit, resume
 from zoo.infer.optim import make_optimizer
@@ -157,16 +157,7 @@ def fit_on_dataset(
     # the guide's random initialization happens at build time: seed it, so a fit does not depend on what
     # ran before it in the same process (protocol workers run many fits each)
     pyro.set_rng_seed(cfg.seed)
-    m, g, spec = build(
-        model,
-        ds.in_features,
-        ds.out_features,
-        ds.task,
-        hidden=None if cfg.hidden is None else list(cfg.hidden),
-        guide=cfg.guide,
-        guide_options=cfg.guide_options,
-        **cfg.options,
-    )
+    m, g, spec = cfg.build(model, ds)
     fitter = entry.fit_fn or fit
     fit_kwargs = _fit_kwargs(cfg, d, ds, dev)
     result = fitter(
