@@ -96,3 +96,9 @@ def test_cli_ensemble(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*argv, "--zeta", "-1", "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
+
+
+def test_progress_false_is_accepted():
+    """``fit_ensemble(progress=False)`` used to raise a duplicate-keyword ``TypeError``."""
+    ens = fit_ensemble("mfvi-bnn", "diabetes", k=2, jobs=1, seed=1, progress=False, **FAST)
+    assert len(ens.members) == 2 and len(ens.weights) == 2
