@@ -28,7 +28,12 @@ export ZOO_DEVICE=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
 
 echo "gpu_check: test suite with ZOO_DEVICE=cuda (cap ${ZOO_GPU_TEST_SECONDS:-300}s)"
 t0=$(date +%s)
-timeout "${ZOO_GPU_TEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider -m "not slow" 2>&1 | tee "$log"
+# -v names each test as it ends, so a suite stopped at its cap still lists its failures; pytest-xdist, where
+# installed, spreads the suite over 8 processes (the cap is otherwise too short for all of it)
+xdist=()
+"$PY" -c 'import xdist' >/dev/null 2>&1 && xdist=(-p xdist -n "${ZOO_GPU_TEST_WORKERS:-8}")
+timeout "${ZOO_GPU_TEST_SECONDS:-300}" "$PY" -m pytest -v -p no:cacheprovider -m "not slow" --tb=line \
+  "${xdist[@]}" 2>&1 | tee "$log"
 test_rc=${PIPESTATUS[0]}
 t1=$(date +%s)
 

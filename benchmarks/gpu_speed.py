@@ -83,19 +83,33 @@ WORKLOADS = {
 
 
 def _tests_record(log: str | None, rc: int | None, seconds: float | None) -> dict | None:
-    """The test suite's outcome from its ``pytest -q`` log: exit code, last line, progress counts."""
+    """The test suite's outcome from its pytest log: exit code, last line, counts and the failed test ids.
+
+    ``pytest -v`` lines (``... PASSED``/``FAILED``/``ERROR``/``SKIPPED``, printed as each test ends, so a suite
+    stopped at its time cap still names its failures) are counted when present; otherwise the ``-q``
+    progress marks are."""
     if log is None:
         return None
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    progress = "".join(ln.split(" [")[0] for ln in lines if ln.rstrip().endswith("%]"))
-    marks = (("passed", "."), ("failed", "F"), ("errors", "E"), ("skipped", "s"))
-    counts = {k: progress.count(c) for k, c in marks}
+    outcomes = {"passed": "PASSED", "failed": "FAILED", "errors": "ERROR", "skipped": "SKIPPED"}
+    verbose = [ln for ln in lines if "::" in ln and any(f" {w}" in ln for w in outcomes.values())]
+    failed: list[str] = []
+    if verbose:
+        counts = {k: sum(f" {w}" in ln for ln in verbose) for k, w in outcomes.items()}
+        failed = sorted(
+            {tok for ln in verbose if " FAILED" in ln or " ERROR" in ln for tok in ln.split() if "::" in tok}
+        )
+    else:
+        progress = "".join(ln.split(" [")[0] for ln in lines if ln.rstrip().endswith("%]"))
+        marks = (("passed", "."), ("failed", "F"), ("errors", "E"), ("skipped", "s"))
+        counts = {k: progress.count(c) for k, c in marks}
     return {
         "rc": rc,
         "seconds": seconds,
         "summary": lines[-1] if lines else "",
         "progress_counts": counts,
+        "failed": failed,
         "timed_out": rc in (124, 137),
     }
 
@@ -106,7 +120,12 @@ def run(devices: list[str], warmup: int, steps: int, sweeps: int, data_dir: str 
         row: dict = {"workload": name, "unit": unit}
         for dev in devices:
             n = sweeps if name == "bowtie-cavi-sweep" else steps
-            row[f"{dev}_seconds"] = fn(dev, warmup, n, data_dir)
+            try:
+                row[f"{dev}_seconds"] = fn(dev, warmup, n, data_dir)
+            except Exception as e:  # one broken workload must not lose the others' figures
+                row[f"{dev}_error"] = f"{type(e).__name__}: {e}"
+                print(f"{name} on {dev}: failed: {row[f'{dev}_error']}", flush=True)
+                continue
             print(f"{name} on {dev}: {row[f'{dev}_seconds']:.3f} {unit}", flush=True)
         if "cpu_seconds" in row and "cuda_seconds" in row:
             row["speedup_cuda_over_cpu"] = row["cpu_seconds"] / row["cuda_seconds"]
@@ -148,4 +167,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    rec = main(sys.argv[1:])
+    sys.exit(1 if any(k.endswith("_error") for row in rec["rows"] for k in row) else 0)

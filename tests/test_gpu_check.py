@@ -42,3 +42,37 @@ def test_gpu_speed_refuses_cuda_without_a_gpu():
         [sys.executable, str(script), "--devices", "cuda"], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and "torch sees no CUDA device" in proc.stderr
+
+
+def _gpu_speed():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_speed", SCRIPT.parent / "gpu_speed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tests_record_names_failures_of_a_verbose_log_cut_at_its_cap(tmp_path):
+    """A ``-v`` log stopped by the time cap (no summary line) still gives counts and the failed ids."""
+    log = tmp_path / "tests.log"
+    log.write_text(
+        "bringing up nodes...\n"
+        "[gw0] [  1%] PASSED tests/test_a.py::test_one\n"
+        "[gw1] [  2%] FAILED tests/test_b.py::test_two[cuda]\n"
+        "[gw0] [  3%] SKIPPED tests/test_a.py::test_three\n"
+        "[gw1] [  4%] ERROR tests/test_c.py::test_four\n"
+        "[gw0] [  5%] PASSED tests/test_a.py::test_five\n"
+    )
+    rec = _gpu_speed()._tests_record(str(log), 124, 300.0)
+    assert rec["progress_counts"] == {"passed": 2, "failed": 1, "errors": 1, "skipped": 1}
+    assert rec["failed"] == ["tests/test_b.py::test_two[cuda]", "tests/test_c.py::test_four"]
+    assert rec["timed_out"] and rec["rc"] == 124
+
+
+def test_tests_record_counts_a_quiet_log(tmp_path):
+    log = tmp_path / "tests.log"
+    log.write_text("..F.s. [ 50%]\n.E.... [100%]\n3 failed\n")
+    rec = _gpu_speed()._tests_record(str(log), 1, 10.0)
+    assert rec["progress_counts"] == {"passed": 9, "failed": 1, "errors": 1, "skipped": 1}
+    assert rec["failed"] == [] and not rec["timed_out"]

@@ -133,7 +133,7 @@ def gate_forward(
     n, d = z.shape[0], mw.shape[0]
     pre = z @ mw.T + mb
     r = torch.sigmoid(pre / temp)
-    s = cov * torch.eye(d, dtype=F64).expand(n, d, d).clone()
+    s = cov * torch.eye(d, dtype=F64, device=z.device).expand(n, d, d).clone()
     return (r, pre.abs() / temp, s, mb * r, r.unsqueeze(-1) * mw), r * pre
 
 

@@ -36,7 +36,9 @@ def hyperplane_weights(z: Tensor, d: int, init: str) -> tuple[Tensor, Tensor]:
     else:
         keep = torch.rand(d, dp, dtype=F64) < 1.0 / (1.0 + math.sqrt(dp))
         mw = keep * torch.randn(d, dp, dtype=F64) * math.sqrt(2.0 / math.sqrt(dp))
-    point = lo - pad + (hi - lo + 2 * pad) * torch.rand(d, dp, dtype=F64)
+    # drawn on the CPU and moved, so that a seed gives the same hyperplanes on every device
+    mw, u = mw.to(z.device), torch.rand(d, dp, dtype=F64).to(z.device)
+    point = lo - pad + (hi - lo + 2 * pad) * u
     return mw, -(mw * point).sum(1)
 
 
@@ -50,7 +52,7 @@ def ridge_gcv(z: Tensor, y: Tensor) -> Tensor:
     uty = u.T @ yc
     n = z.shape[0]
     best, coef = math.inf, None
-    for lam in torch.logspace(-4, 4, 17, dtype=F64):
+    for lam in torch.logspace(-4, 4, 17, dtype=F64, device=z.device):
         f = sv**2 / (sv**2 + lam)
         fit = u @ (f.unsqueeze(-1) * uty)
         gcv = ((yc - fit) ** 2).sum() / (n * (1 - f.sum() / n) ** 2)
@@ -61,8 +63,8 @@ def ridge_gcv(z: Tensor, y: Tensor) -> Tensor:
     return torch.cat([intercept.unsqueeze(-1), coef.T], 1)
 
 
-def _identity_rows(cov: float, d: int, dp: int) -> Tensor:
-    return cov * torch.eye(dp + 1, dtype=F64).expand(d, -1, -1).clone()
+def _identity_rows(cov: float, d: int, dp: int, device: torch.device) -> Tensor:
+    return cov * torch.eye(dp + 1, dtype=F64, device=device).expand(d, -1, -1).clone()
 
 
 def initial_state(
@@ -85,7 +87,7 @@ def initial_state(
         out[f"beta{k}"] = b0h.expand(d).clone()
     out[f"m{nh}"] = ridge_gcv(z, y)
     for k in range(nh + 1):
-        out[f"B{k}"] = _identity_rows(init_cov, w[k + 1], w[k])
+        out[f"B{k}"] = _identity_rows(init_cov, w[k + 1], w[k], x.device)
         if not hyp.gaussian:
             out[f"dtau{k}"], out[f"dpsi{k}"] = initial_deltas(hyp, k)
     out["alpha_out"], out["beta_out"] = hyp.noise
