@@ -20,6 +20,15 @@ The output layer has no sparsity prior: ``p.rho ~ IG(1/2, 1/b_kappa^2)``, ``p.ka
 ``tau~^2 = c^2 tau^2 / (c^2 + tau^2 v^2)`` (so the total variance ``tau~^2 v^2`` tends to ``tau^2 v^2`` for
 small scales and to ``c^2`` for large ones).
 
+**Marginal form** (``prior.hierarchical = False``; a runtime switch, not a builder option): the scales are
+sampled directly from their half-Cauchy laws, under the same site names (``p.tau2`` is the square of a
+``C+(0, b0)`` draw, and so on) and without the auxiliaries.  It is the same prior on weights and scales —
+the auxiliaries integrate out exactly — and the form NUTS samples (:func:`zoo.infer.mcmc.fit_nuts` with
+``hierarchical=False``): the inverse-gamma pairs couple ``log lam`` and ``log tau^2`` in a funnel that
+forces step sizes near 3e-3 and trajectories at the depth limit, while the log of a half-Cauchy scale has
+exponential tails on both sides.  The variational guides need the auxiliaries (their closed-form updates
+are the reason for them, §3.3), so the hierarchical form is the default.
+
 **Non-centered** (default, Eq. 3): ``p.beta ~ N(0, I)`` of shape ``(K, F)`` (``F`` = per-unit incoming
 entries, bias last) and ``w_kl = tau~_kl v_l beta_kl``.  **Centered** (``centered=True``): the site is
 ``p.w ~ N(0, tau~^2 v^2 I)`` directly; the paper shows it fails to prune (§6.2.2, Fig. 7) and it is
@@ -140,6 +149,9 @@ class HorseshoePrior(Prior):
             self.register_buffer(name, torch.tensor(check_positive(name, val)))
         self.regularized = bool(regularized)
         self.centered = bool(centered)
+        #: sample the half-Cauchy scales through their inverse-gamma auxiliaries (True, the paper's form)
+        #: or directly (False, the marginal form; module docstring)
+        self.hierarchical = True
 
     def config(self) -> dict:
         return {
@@ -155,21 +167,30 @@ class HorseshoePrior(Prior):
     def _half(self) -> Tensor:
         return torch.full_like(self.b0, 0.5)
 
-    def sample_params(self, specs: Sequence[ParamSpec]) -> dict[str, Tensor]:
+    def _squared_scale(self, name: str, aux: str, b: Tensor, shape: tuple[int, ...] = ()) -> Tensor:
+        """A squared half-Cauchy scale ``a^2``, ``a ~ C+(0, b)``: through the auxiliary
+        ``lam ~ IG(1/2, 1/b^2)``, ``a^2 | lam ~ IG(1/2, 1/lam)`` (sites ``aux``, ``name``; hierarchical form),
+        or as the law of ``a^2`` itself (site ``name``; marginal form)."""
+        if not self.hierarchical:
+            law = dist.TransformedDistribution(dist.HalfCauchy(b), [dist.transforms.PowerTransform(2.0)])
+            return pyro.sample(name, law.expand(shape).to_event(len(shape)) if shape else law)
         half = self._half()
+        ig = dist.InverseGamma(half, b**-2)
+        lam = pyro.sample(aux, ig.expand(shape).to_event(len(shape)) if shape else ig)
+        cond = dist.InverseGamma(half.expand(shape) if shape else half, 1.0 / lam)
+        return pyro.sample(name, cond.to_event(len(shape)) if shape else cond)
+
+    def sample_params(self, specs: Sequence[ParamSpec]) -> dict[str, Tensor]:
         c2 = pyro.sample("hs.c2", dist.InverseGamma(self.c_a, self.c_b)) if self.regularized else None
         params: dict[str, Tensor] = {}
         for layer in group_layers(specs):
             p, k = layer.prefix, layer.units
             if layer.output:
-                rho = pyro.sample(f"{p}.rho", dist.InverseGamma(half, self.b_kappa**-2))
-                kappa2 = pyro.sample(f"{p}.kappa2", dist.InverseGamma(half, 1.0 / rho))
+                kappa2 = self._squared_scale(f"{p}.kappa2", f"{p}.rho", self.b_kappa)
                 scale = kappa2.sqrt()[..., None, None]
             else:
-                lam = pyro.sample(f"{p}.lam", dist.InverseGamma(half, self.b0**-2).expand((k,)).to_event(1))
-                tau2 = pyro.sample(f"{p}.tau2", dist.InverseGamma(half.expand(k), 1.0 / lam).to_event(1))
-                theta = pyro.sample(f"{p}.theta", dist.InverseGamma(half, self.bg**-2))
-                v2 = pyro.sample(f"{p}.v2", dist.InverseGamma(half, 1.0 / theta))
+                tau2 = self._squared_scale(f"{p}.tau2", f"{p}.lam", self.b0, (k,))
+                v2 = self._squared_scale(f"{p}.v2", f"{p}.theta", self.bg)
                 var = regularized_variance(tau2, v2[..., None], None if c2 is None else c2[..., None])
                 scale = var.sqrt()[..., None]
             if self.centered:
