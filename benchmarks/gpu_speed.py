@@ -85,9 +85,9 @@ WORKLOADS = {
 def _tests_record(log: str | None, rc: int | None, seconds: float | None) -> dict | None:
     """The test suite's outcome from its pytest log: exit code, last line, counts and the failed test ids.
 
-    ``pytest -v`` lines (``... PASSED``/``FAILED``/``ERROR``/``SKIPPED``, printed as each test ends, so a suite
-    stopped at its time cap still names its failures) are counted when present; otherwise the ``-q``
-    progress marks are."""
+    ``pytest -v`` lines (``... PASSED``/``FAILED``/``ERROR``/``SKIPPED``, printed as each test ends, so a
+    suite stopped at its time cap still names its failures) are counted when present; otherwise the
+    ``-q`` progress marks are."""
     if log is None:
         return None
     text = open(log, errors="replace").read() if os.path.exists(log) else ""

@@ -160,11 +160,25 @@ def test_continuous_families_sample(name: str) -> None:
     result = fit_nuts(model, (x, y), cfg)
     sites = set(result.samples)
     assert {"fc0.weight", "fc1.weight"} <= sites or "fc0.beta" in sites
-    if name.startswith("c"):  # the collapsed priors are sampled in their hierarchical form
-        assert any(s.startswith("fc0.weight") and ("mu_p" in s or "tau" in s) for s in sites), sites
-        assert result.config["hierarchical_form"] is True
+    if name.startswith("c") or "hs" in name:  # sampled in the marginal form: no hyper-latents, no auxiliaries
+        assert not any("mu_p" in s or "tau_p" in s or s.endswith((".lam", ".theta", ".rho")) for s in sites)
+        assert result.config["hierarchical_form"] is False
     assert all(v.shape[:2] == (1, 3) for v in result.samples.values())
     assert result.predict(x[:4], num_samples=3).mean.shape == (4,)
+
+
+@pytest.mark.parametrize("name", ["hs-bnn", "cmv-bnn"])
+def test_hierarchical_form_on_request(name: str) -> None:
+    """``hierarchical=True`` samples the auxiliaries / hyper-latents, and a reloaded result keeps the form."""
+    x, y = _blr_data(n=12)
+    model, _, _ = build(name, 3, 1, "regression", hidden=(2,))
+    cfg = NUTSConfig(chains=1, warmup=4, samples=3, max_tree_depth=2, hierarchical=True, **FAST)
+    result = fit_nuts(model, (x, y), cfg)
+    extra = (
+        {"fc0.lam", "fc0.theta", "fc1.rho"} if name == "hs-bnn" else {"fc0.weight_tau_p", "fc0.weight_mu_p"}
+    )
+    assert extra <= set(result.samples), set(result.samples)
+    assert result.config["hierarchical_form"] is True and model.prior.hierarchical
 
 
 @pytest.mark.parametrize("name, site", [("lbbnn", "gamma"), ("bowtie", "gamma")])
@@ -350,6 +364,8 @@ def test_cli_fit_nuts_end_to_end(data_dir, tmp_path, capsys) -> None:
         (["--inference", "nuts", "--chains", "0"], "--chains"),
         (["--inference", "nuts", "--warmup", "-1"], "--warmup"),
         (["--chains", "2"], "--chains"),
+        (["--full-mass"], "--full-mass"),
+        (["--hierarchical"], "--hierarchical"),
     ],
 )
 def test_cli_refuses_bad_nuts_arguments(tmp_path, capsys, extra, flag) -> None:
@@ -358,6 +374,24 @@ def test_cli_refuses_bad_nuts_arguments(tmp_path, capsys, extra, flag) -> None:
     with pytest.raises(SystemExit):
         main(["fit", "mfvi-bnn", "--dataset", "uci:yacht", *extra, "--out", str(tmp_path / "o")])
     assert f"argument {flag}" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_form_and_mass_flags_reach_the_sampler_settings(tmp_path) -> None:
+    from zoo.experiments.cli import build_parser
+    from zoo.experiments.cli_checks import validate_fit
+
+    parser = build_parser()
+    base = ["fit", "hs-bnn", "--dataset", "uci:yacht", "--inference", "nuts", "--out", str(tmp_path / "o")]
+    for extra, want in (
+        ([], {}),
+        (["--full-mass", "--hierarchical"], {"full_mass": True, "hierarchical": True}),
+    ):
+        a = parser.parse_args([*base, *extra])
+        validate_fit(parser, a)
+        opts = a.config.fit_options
+        assert opts["inference"] == "nuts"
+        assert {k: opts[k] for k in ("full_mass", "hierarchical") if k in opts} == want
     assert not (tmp_path / "o").exists()
 
 

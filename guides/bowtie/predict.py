@@ -36,7 +36,8 @@ def monte_carlo_draws(g: Globals, loc: Locals, x: Tensor, num_samples: int) -> t
     h = x.to(F64).expand(num_samples, -1, -1)
     for j in range(k):
         noise = (
-            torch.linalg.cholesky(loc.S[j]) @ torch.randn(num_samples, *loc.t[j].shape, 1, dtype=F64, device=loc.S[j].device)
+            torch.linalg.cholesky(loc.S[j])
+            @ torch.randn(num_samples, *loc.t[j].shape, 1, dtype=F64, device=loc.S[j].device)
         ).squeeze(-1)
         h = loc.t[j] + (loc.M[j] @ h.unsqueeze(-1)).squeeze(-1) + noise
     rows = dist.MultivariateNormal(g.m[k], covariance_matrix=g.B[k]).sample((num_samples,))

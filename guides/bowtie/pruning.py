@@ -34,7 +34,9 @@ def fdr_masks(qs: list[Tensor], alpha: float) -> tuple[list[Tensor], float]:
     (``inf`` when no edge qualifies)."""
     flat = torch.cat([q.flatten() for q in qs])
     sorted_q = torch.sort(flat, descending=True).values
-    fdr = torch.cumsum(1.0 - sorted_q, 0) / torch.arange(1, len(sorted_q) + 1, dtype=F64, device=sorted_q.device)
+    fdr = torch.cumsum(1.0 - sorted_q, 0) / torch.arange(
+        1, len(sorted_q) + 1, dtype=F64, device=sorted_q.device
+    )
     ok = torch.nonzero(fdr <= alpha).flatten()
     kappa = float(sorted_q[ok[-1]]) if len(ok) else math.inf
     return [q >= kappa for q in qs], kappa

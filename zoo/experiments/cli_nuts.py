@@ -44,6 +44,13 @@ def add_nuts_arguments(f: argparse.ArgumentParser) -> None:
     g.add_argument("--init", default=None, help="initial values: uniform (default), median, mean, sample")
     g.add_argument("--no-jit", action="store_true", help="do not compile the potential energy (PyTorch JIT)")
     g.add_argument("--sequential", action="store_true", help="run the chains one after the other")
+    g.add_argument("--full-mass", action="store_true", help="adapt a dense mass matrix (small networks)")
+    g.add_argument(
+        "--hierarchical",
+        action="store_true",
+        help="sample a prior that has a hierarchical form (horseshoe auxiliaries, collapsed hyper-latents) "
+        "in that form (default: its marginal form, the same posterior with better geometry)",
+    )
 
 
 def _given(a: argparse.Namespace, flags: dict[str, str]) -> list[str]:
@@ -54,9 +61,8 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
     """Check the NUTS flags and, for ``--inference nuts``, put the settings into ``a.config.fit_options``."""
     from zoo.infer.mcmc import NUTSConfig
 
-    nuts_flags = _given(a, _FLAGS) + [
-        f for f in ("--no-jit", "--sequential") if getattr(a, f[2:].replace("-", "_"))
-    ]
+    switches = ("--no-jit", "--sequential", "--full-mass", "--hierarchical")
+    nuts_flags = _given(a, _FLAGS) + [f for f in switches if getattr(a, f[2:].replace("-", "_"))]
     if a.inference != "nuts":
         if nuts_flags:
             parser.error(f"argument {nuts_flags[0]}: only with --inference nuts")
@@ -70,6 +76,10 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
         settings["jit_compile"] = False
     if a.sequential:
         settings["parallel"] = False
+    if a.full_mass:
+        settings["full_mass"] = True
+    if a.hierarchical:
+        settings["hierarchical"] = True
     try:
         NUTSConfig(**settings)
     except (TypeError, ValueError) as e:

@@ -84,7 +84,7 @@ class SamplerSettings(Config):
     jit_compile: bool = True
     init: str = "uniform"
     full_mass: bool = False
-    hierarchical: bool = True
+    hierarchical: bool = False
 
     def validate(self) -> None:
         if check_positive_int("chains", self.chains) < 4:
@@ -201,15 +201,11 @@ _YACHT = DataSpec("uci:yacht", n_train=100)
 _TOY221 = DataSpec("toy-hs-221", n_train=200)
 _WIDTH = (3,)
 _SHRUNK = "hidden 3; {}"
-#: the horseshoe is sampled in its marginal form (half-Cauchy scales without the inverse-gamma auxiliaries,
-#: :class:`zoo.families.horseshoe.prior.HorseshoePrior`), with a dense mass matrix for the ridge between the
-#: global and the local scales, and smaller steps to run free of divergences
-_HS = SamplerSettings(target_accept=0.95, full_mass=True, hierarchical=False)
-#: the collapsed priors are sampled in their marginal form (the weights' prior with the per-weight hyper-latents
-#: integrated out: Gaussian for CM, Student-t for CMV; the same posterior of the weights): in the hierarchical
-#: form each weight is tied to its own prior mean with a much smaller conditional variance, and a chain of the
-#: 2-2-1 instance stuck in that ridge (R-hat 2.7 on the predictive probabilities, one divergence)
-_MARGINAL = SamplerSettings(hierarchical=False)
+#: every prior with a hierarchical form is sampled in its marginal form (:func:`zoo.infer.mcmc.fit_nuts`'s
+#: default: the horseshoe without its inverse-gamma auxiliaries, the collapsed priors with their per-weight
+#: hyper-latents integrated out); the horseshoe also needs a dense mass matrix for the ridge between its
+#: global and local scales, and smaller steps to run free of divergences
+_HS = SamplerSettings(target_accept=0.95, full_mass=True)
 
 INSTANCES: dict[str, ReferenceInstance] = {
     i.name: i
@@ -254,8 +250,8 @@ INSTANCES: dict[str, ReferenceInstance] = {
                 ("hs", "hs-bnn", _HS),
                 ("reghs", "reg-hs-bnn", _HS),
                 ("ngig", "ngig-bnn", SamplerSettings(target_accept=0.95)),
-                ("cm", "cm-bnn", _MARGINAL),
-                ("cmv", "cmv-bnn", _MARGINAL),
+                ("cm", "cm-bnn", SamplerSettings()),
+                ("cmv", "cmv-bnn", SamplerSettings()),
             )
         ),
         _nuts("gauss-cubic", "mfvi-bnn", _CUBIC, _SHRUNK.format("50 of 400 test rows"), hidden=_WIDTH),
