@@ -140,15 +140,20 @@ def fit_on_dataset(
     post-trained fit).
 
     ``fit_options``: extra keyword arguments of the registry entry's ``fit_fn`` (e.g. the LBBNN's
-    ``{"stage_lrs": "short"}``); an error for entries fitted by :func:`zoo.infer.loop.fit`."""
+    ``{"stage_lrs": "short"}``); for entries fitted by :func:`zoo.infer.loop.fit` only ``accelerate``
+    (``{"accelerate": "squarem"}``: SQUAREM on closed-form sweeps, :mod:`zoo.infer.accelerate`)."""
     cfg = resolve(RunConfig, config, kwargs)
     if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
         from zoo.experiments.nuts_runs import fit_nuts_on_dataset
 
         return fit_nuts_on_dataset(model, dataset, cfg)
     entry = get_entry(model)
-    if cfg.fit_options and entry.fit_fn is None:
-        raise ValueError(f"fit_options: model {model!r} has no fit function that takes extra options")
+    loop_keys = {"accelerate"}  # FitConfig settings a run may pass to zoo.infer.loop.fit
+    if entry.fit_fn is None and set(cfg.fit_options) - loop_keys:
+        raise ValueError(
+            f"fit_options: model {model!r} is fitted by zoo.infer.loop.fit, which takes only "
+            f"{sorted(loop_keys)} here; got {sorted(cfg.fit_options)}"
+        )
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     dev = resolve_device(cfg.device)
     d = dict(entry.fit_defaults)

@@ -48,6 +48,7 @@ class FitConfig(Config):
     device: str | None = None
     progress: bool = True
     nproc: int = 1
+    accelerate: str | None = None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -73,6 +74,16 @@ class FitConfig(Config):
         check_device_name("device", self.device)
         check_bool("progress", self.progress)
         check_positive_int("nproc", self.nproc)
+        if self.accelerate is not None:
+            from zoo.infer.accelerate import ACCELERATORS
+
+            if self.accelerate not in ACCELERATORS:
+                raise ValueError(f"accelerate must be None or one of {ACCELERATORS}, got {self.accelerate!r}")
+            if self.batch_size is not None or self.nproc > 1:
+                raise ValueError(
+                    "accelerate: SQUAREM extrapolates full-batch sweeps of one process; it cannot be "
+                    "combined with batch_size or nproc > 1"
+                )
         check_mapping("metadata", self.metadata)
         clash = sorted(set(self.metadata) & set(self.field_names()))
         if clash:

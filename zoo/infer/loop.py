@@ -54,6 +54,7 @@ from zoo.core.likelihoods import Likelihood
 from zoo.core.validation import check_positive_int, check_tensor, resolve_device
 from zoo.data.tensors import conform_tensors
 from zoo.infer import distributed
+from zoo.infer.accelerate import squarem_cycle
 from zoo.infer.config import FitConfig, resolve_fit_config
 from zoo.infer.divergence import DivergenceError, check_collapse, first_nonfinite, step_error
 from zoo.infer.optim import make_optimizer, optimizer_name
@@ -183,7 +184,10 @@ def fit(
       :class:`ConvergenceMonitor`; ``window`` defaults to 1 for pure-CAVI guides and 50 otherwise);
     * ``seed``: seeds Pyro/torch/numpy/random and the minibatch order; the same seed gives the same run;
     * ``device``: ``"cpu"``/``"cuda"``; default ``ZOO_DEVICE`` or CPU.  Model, guide and data are moved;
-    * ``progress``: show a progress bar; ``metadata``: plain data recorded in ``FitResult.config``.
+    * ``progress``: show a progress bar; ``metadata``: plain data recorded in ``FitResult.config``;
+    * ``accelerate``: ``"squarem"`` makes each step of a gradient-free closed-form guide (CAVI) one SQUAREM
+      cycle of three sweeps with a monotone-ELBO safeguard (:mod:`zoo.infer.accelerate`); full batch only.
+      ``result.loop_state["sweeps"]`` counts the sweeps of every closed-form fit.
 
     Objects stay arguments: ``loss`` (a Pyro ELBO; default ``Trace_ELBO(num_particles)``), ``callbacks``
     (``cb(step, elbo, result)``; raising ``StopIteration`` stops the fit) and the registry ``spec``
@@ -196,6 +200,13 @@ def fit(
     optim = _split_optimizer(optimizer, settings)
     cfg = distributed.resolve_nproc(resolve_fit_config(config, settings))
     _check_objects(guide, loss)
+    if cfg.accelerate is not None and (
+        not isinstance(guide, ClosedFormGuide) or getattr(guide, "uses_gradients", True)
+    ):
+        raise ValueError(
+            f"accelerate: {cfg.accelerate!r} accelerates the sweeps of a closed-form guide without gradient "
+            f"steps (CAVI); {type(guide).__name__} is not one"
+        )
     check_model_data(model, x, y)
     x, y = conform_tensors(model, x, y)  # no rows, any float dtype, scale warning (zoo.data.tensors)
     spec = fit_spec(model, guide, spec)
@@ -314,9 +325,20 @@ def _step(svi: SVI, result: FitResult, x: Tensor, y: Tensor | None, idx: Tensor 
     loss_value = svi.step(x, y, subsample=idx) if getattr(guide, "uses_gradients", True) else None
     elbo = None
     if isinstance(guide, ClosedFormGuide):
+        state = result.loop_state
         with torch.no_grad():
-            guide.closed_form_update(result.model, x, y, subsample=idx)
-            elbo = guide.closed_form_elbo(result.model, x, y, subsample=idx)
+            if result.config.get("accelerate") == "squarem" and idx is None and loss_value is None:
+                elbo, cycle = squarem_cycle(
+                    lambda: guide.closed_form_update(result.model, x, y, subsample=None),
+                    lambda: guide.closed_form_elbo(result.model, x, y, subsample=None),
+                    (guide, result.model),
+                )
+                state["sweeps"] = state.get("sweeps", 0) + cycle["sweeps"]
+                state["squarem_accepted"] = state.get("squarem_accepted", 0) + int(cycle["accepted"])
+            else:
+                guide.closed_form_update(result.model, x, y, subsample=idx)
+                elbo = guide.closed_form_elbo(result.model, x, y, subsample=idx)
+                state["sweeps"] = state.get("sweeps", 0) + 1
     if elbo is None:
         if loss_value is None:
             with torch.no_grad():
