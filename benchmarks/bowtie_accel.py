@@ -4,9 +4,9 @@ For each dataset (default: diabetes, yacht and boston housing, split 0) the regi
 fitted exactly as its protocols fit it (:func:`zoo.experiments.runs.fit_on_dataset`: 1x50, raw targets, full
 batch, the paper's stopping rule — three consecutive relative ELBO changes below ``--tol`` = 1e-5, Sheinkman &
 Wade 2025, arXiv:2411.11132, §4 / App. D.1) twice: with the plain sweep, and with ``accelerate="squarem"``
-(one step = one SQUAREM cycle of three sweeps).  Both get the same sweep budget ``--max-sweeps``.  Reported per fit:
-sweeps, seconds, whether the rule fired (``converged``), final ELBO, test RMSE / NLL / 95 % coverage; and the
-speed-up in seconds to convergence.  One torch thread (``ZOO_NUM_THREADS``); the machine may be shared, so
+(one step = one SQUAREM cycle of three sweeps).  Both get the same sweep budget ``--max-sweeps``.  Reported
+per fit: sweeps, seconds, whether the rule fired (``converged``), final ELBO, test RMSE / NLL / 95 %
+coverage.  One torch thread (``ZOO_NUM_THREADS``); the machine may be shared, so
 seconds are wall time of each fit and the sweep counts are the machine-independent figure.
 
 Usage::
