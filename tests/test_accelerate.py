@@ -101,3 +101,16 @@ def test_accelerate_is_refused_where_it_does_not_apply() -> None:
         fit(model, guide, x, y, steps=2, progress=False, accelerate="anderson")
     with pytest.raises(ValueError, match="accelerate: SQUAREM extrapolates full-batch sweeps"):
         fit(model, guide, x, y, steps=2, progress=False, accelerate="squarem", batch_size=10)
+
+
+def test_runs_pass_accelerate_to_the_loop_and_refuse_other_fit_options() -> None:
+    from zoo.data.core import from_arrays
+    from zoo.experiments.runs import RunConfig, fit_on_dataset
+
+    x, y = _data(n=80)
+    ds = from_arrays("toy", "regression", x[:60].numpy(), y[:60].numpy(), x[60:].numpy(), y[60:].numpy())
+    cfg = RunConfig(steps=6, progress=False, fit_options={"accelerate": "squarem"})
+    run = fit_on_dataset("blr-cavi", ds, cfg)
+    assert run.result.config["accelerate"] == "squarem" and run.result.loop_state["sweeps"] > 6
+    with pytest.raises(ValueError, match="fit_options: model 'blr-cavi' is fitted by zoo.infer.loop.fit"):
+        fit_on_dataset("blr-cavi", ds, RunConfig(steps=2, progress=False, fit_options={"stage_lrs": "short"}))
