@@ -126,7 +126,7 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> N
     from zoo.experiments.registry import build
 
     try:
-        build(
+        model, guide, _ = build(
             a.model,
             ds.in_features,
             ds.out_features,
@@ -138,6 +138,28 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> N
         )
     except (TypeError, ValueError) as e:
         parser.error(f"argument --option/--guide-option/--hidden: {e}")
+    if getattr(a, "prune", None):
+        check_prune(parser, a, ds, model, guide)
+
+
+def check_prune(parser: argparse.ArgumentParser, a: argparse.Namespace, ds, model, guide) -> None:
+    """``--prune projpred`` needs a regression fit of an MLP with a hidden layer whose guide draws weights."""
+    from zoo.core.architectures import MLP
+
+    if not (a.prune_tol > 0 and a.prune_tol < float("inf")):
+        parser.error(f"argument --prune-tol: must be a finite number > 0, got {a.prune_tol}")
+    if a.ensemble > 1:
+        parser.error("argument --prune: prunes one fit; not with --ensemble")
+    if ds.task != "regression":
+        parser.error(f"argument --prune: projpred pruning is for regression; {ds.name} is {ds.task}")
+    arch = getattr(model, "architecture", None)
+    if not isinstance(arch, MLP) or not arch.hidden:
+        parser.error(f"argument --prune: {a.model} has no hidden layer of units to prune")
+    if callable(getattr(guide, "predictive", None)):
+        parser.error(
+            f"argument --prune: the {type(guide).__name__} guide predicts in closed form, without weight "
+            "draws to project; use its own sparsity report"
+        )
 
 
 def reproduce_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> tuple:

@@ -1,0 +1,98 @@
+"""Projection-predictive unit pruning (:mod:`zoo.sparsity`): a planted network is pruned to exactly its
+planted units, the projection is the least-squares refit it claims to be, and bad inputs are refused."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from zoo.experiments.registry import build
+from zoo.infer.loop import fit
+from zoo.sparsity import ProjpredConfig, projpred_units
+from zoo.sparsity.projpred import _project
+
+W = torch.tensor([[2.0, 0.0, 0.0, 0.0], [0.0, -2.0, 1.0, 0.0], [1.0, 1.0, 0.0, 2.0]])
+B = torch.tensor([0.5, -0.3, 0.0])
+V = torch.tensor([1.5, -2.0, 1.0])
+
+
+def _planted(n: int = 200, seed: int = 0):
+    """A 4-8-1 ReLU network with three planted units (0, 1, 2) and five that a projection can drop at no
+    cost: unit 3 duplicates unit 0 and shares its output weight, units 4-5 have output weight 0, units 6-7
+    never fire (bias -100).  Fitted with the delta guide at these weights (``steps=0``)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    w0 = torch.cat([W, W[:1], torch.randn(2, 4, generator=g), torch.randn(2, 4, generator=g)])
+    b0 = torch.cat([B, B[:1], torch.zeros(2), torch.full((2,), -100.0)])
+    w1 = torch.tensor([[V[0] / 2, V[1], V[2], V[0] / 2, 0.0, 0.0, 3.0, -1.0]])
+    f = torch.relu(x @ W.T + B) @ V
+    y = f + 0.1 * torch.randn(n, generator=g)
+    model, guide, _ = build("mfvi-bnn", 4, 1, "regression", hidden=[8], guide="delta", seed=0)
+    result = fit(model, guide, x, y, steps=0, progress=False)
+    with result.activate():
+        guide(x, y)
+        params = dict(guide.named_parameters())
+        with torch.no_grad():
+            planted = {"fc0.weight": w0, "fc0.bias": b0, "fc1.weight": w1, "fc1.bias": [0.0]}
+            for name, value in planted.items():
+                params[f"{name}_unconstrained"].copy_(torch.as_tensor(value))
+    return result, x, y
+
+
+@pytest.mark.parametrize("rule", ["nll", "se", "kl"])
+def test_planted_network_keeps_exactly_the_planted_units(rule: str) -> None:
+    result, x, y = _planted()
+    pp = projpred_units(result, x, y, ProjpredConfig(num_draws=8, rule=rule))
+    assert len(pp.kept) == 3 and {1, 2} <= set(pp.kept) and len({0, 3} & set(pp.kept)) == 1, pp.kept
+    removed = [p["removed"] for p in pp.path[1:6]]
+    assert set(removed) | set(pp.kept) >= set(range(8)) - set(removed) and len(set(removed)) == 5
+    assert all(p["kl"] < 1e-6 for p in pp.path[1:6])  # the five free units cost nothing
+    assert pp.path[6]["kl"] > 0.1 and pp.path[6]["delta_elpd"] < -10  # a planted unit does
+    mean, sd = pp.predict(x)
+    full, full_sd = pp.predict(x, pruned=False)
+    torch.testing.assert_close(mean, full, atol=1e-5, rtol=0)  # the pruned network is the same function
+    assert torch.allclose(sd, full_sd, atol=1e-6)
+
+
+def test_projection_is_the_least_squares_refit_and_its_noise_variance() -> None:
+    g = torch.Generator().manual_seed(1)
+    h = torch.rand(3, 40, 5, generator=g, dtype=torch.float64)
+    f = torch.randn(3, 40, generator=g, dtype=torch.float64)
+    s2 = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    beta, sp = _project(h, f, s2, [0, 2, 4], ridge=1e-12)
+    for s in range(3):
+        a = torch.cat([torch.ones(40, 1, dtype=torch.float64), h[s][:, [0, 2, 4]]], 1)
+        ls = torch.linalg.lstsq(a, f[s].unsqueeze(-1)).solution.squeeze(-1)
+        torch.testing.assert_close(beta[s], ls, atol=1e-8, rtol=1e-8)
+        resid = f[s] - a @ ls
+        assert float(sp[s]) == pytest.approx(float(s2[s] + resid.pow(2).mean()), rel=1e-10)
+    # KL(N(f, s2) || N(f_perp, s2 + mse)) per point averages to 0.5 log(sp / s2) (the mse cancels)
+    assert 0.5 * math.log(float(sp[0] / s2[0])) > 0
+
+
+def test_refusals() -> None:
+    result, x, y = _planted(n=40)
+    with pytest.raises(ValueError, match="rule must be"):
+        ProjpredConfig(rule="aic")
+    with pytest.raises(ValueError, match="nll_tol"):
+        ProjpredConfig(nll_tol=-1.0)
+    with pytest.raises(ValueError, match="x: expected a"):
+        projpred_units(result, x[:, :3], y)
+    with pytest.raises(ValueError, match="y: expected"):
+        projpred_units(result, x, y[:-1])
+    bad = x.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="must be finite"):
+        projpred_units(result, bad, y)
+    with pytest.raises(TypeError, match="config must be a ProjpredConfig"):
+        projpred_units(result, x, y, {"rule": "nll"})
+    model, guide, _ = build("bowtie", 4, 1, "regression", hidden=[3], seed=0)
+    res = fit(model, guide, x, y, steps=1, progress=False)
+    with pytest.raises(ValueError, match="predicts in closed form"):
+        projpred_units(res, x, y)
+    model, guide, _ = build("mfvi-bnn", 4, 1, "binary", hidden=[3], seed=0)
+    res = fit(model, guide, x, (y > 0).float(), steps=1, progress=False)
+    with pytest.raises(ValueError, match="Gaussian"):
+        projpred_units(res, x, (y > 0).float())
