@@ -96,3 +96,38 @@ def test_refusals() -> None:
     res = fit(model, guide, x, (y > 0).float(), steps=1, progress=False)
     with pytest.raises(ValueError, match="Gaussian"):
         projpred_units(res, x, (y > 0).float())
+
+
+def test_cli_fit_prune_projpred_end_to_end(data_dir, tmp_path, capsys) -> None:
+    """``zoo fit ... --prune projpred`` writes the prune columns into metrics.json and prints them."""
+    import json
+
+    from zoo.experiments.cli import main
+
+    out = tmp_path / "run"
+    args = ["fit", "mfvi-bnn", "--dataset", "uci:yacht", "--hidden", "6", "--steps", "300", "--no-progress"]
+    assert main([*args, "--prune", "projpred", "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert 1 <= m["pp_units_kept"] <= m["pp_units_total"] == 6 and len(m["prune_kept"]) == m["pp_units_kept"]
+    assert m["prune_rule"] == "nll" and m["prune_tol"] == 0.01 and m["prune_seconds"] > 0
+    assert math.isfinite(m["prune_delta_nll"]) and math.isfinite(m["prune_delta_rmse"])
+    assert f"projpred: kept {m['pp_units_kept']} of 6 units of fc0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "model, dataset, extra, message",
+    [
+        ("bowtie", "uci:yacht", [], "predicts in closed form"),
+        ("mfvi-bnn", "breast-cancer", [], "projpred pruning is for regression"),
+        ("mfvi-bnn", "uci:yacht", ["--prune-tol", "0"], "--prune-tol: must be a finite number > 0"),
+        ("mfvi-bnn", "uci:yacht", ["--ensemble", "2"], "prunes one fit; not with --ensemble"),
+    ],
+)
+def test_cli_prune_refusals_before_any_fit(data_dir, tmp_path, capsys, model, dataset, extra, message):
+    from zoo.experiments.cli import main
+
+    argv = ["fit", model, "--dataset", dataset, "--prune", "projpred", *extra, "--data-dir", str(data_dir)]
+    with pytest.raises(SystemExit):
+        main([*argv, "--out", str(tmp_path / "o")])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -264,7 +264,7 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     )
     if a.prune:
         print(
-            f"projpred: kept {m['units_kept']} of {m['units_total']} units of {m['prune_layer']}; test "
+            f"projpred: kept {m['pp_units_kept']} of {m['pp_units_total']} units of {m['prune_layer']}; test "
             f"NLL {m['prune_delta_nll']:+.4f}, RMSE {m['prune_delta_rmse']:+.4f} (tolerance "
             f"{m['prune_tol']} nats per training point), {m['prune_seconds']:.1f}s"
         )

@@ -1,7 +1,7 @@
-"""Projection-predictive pruning of a finished run (``zoo fit --prune projpred``, the ``hs-uci`` / ``hs-toys``
-prune columns): :func:`prune_run` prunes the run's network (:func:`zoo.sparsity.projpred.projpred_units` on
-its training data, on the scale it was fitted on) and scores the pruned predictive on the test split against
-the full network's, both from the same posterior draws, on the original target scale."""
+"""Projection-predictive pruning of a finished run (``zoo fit --prune projpred``): :func:`prune_run` prunes
+the run's network (:func:`zoo.sparsity.projpred.projpred_units` on its training data, on the scale it was
+fitted on) and scores the pruned predictive on the test split against the full network's, both from the
+same posterior draws, on the original target scale."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _scores(mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> tuple[floa
 
 def prune_run(run: Any, config: ProjpredConfig | None = None) -> dict[str, Any]:
     """Prune ``run`` (a :class:`~zoo.experiments.outputs.RunOutput` of a regression fit) and return the prune
-    columns: ``units_kept``, ``units_total``, ``prune_kept`` (indices), ``prune_delta_nll`` and
+    columns: ``pp_units_kept``, ``pp_units_total``, ``prune_kept`` (indices), ``prune_delta_nll`` and
     ``prune_delta_rmse`` (pruned minus full, test split, original scale), ``prune_seconds``, ``prune_rule``
     and its tolerance."""
     from zoo.data.tensors import fit_tensors
@@ -49,8 +49,8 @@ def prune_run(run: Any, config: ProjpredConfig | None = None) -> dict[str, Any]:
     full_nll, full_rmse = _scores(full_mean * y_std + y_mean, full_sd * y_std, y)
     tol = {"nll": cfg.nll_tol, "se": cfg.z, "kl": cfg.kl_tol}[cfg.rule]
     return {
-        "units_kept": len(pp.kept),
-        "units_total": pp.units,
+        "pp_units_kept": len(pp.kept),
+        "pp_units_total": pp.units,
         "prune_kept": pp.kept,
         "prune_layer": pp.layer,
         "prune_delta_nll": nll - full_nll,
