@@ -49,7 +49,7 @@ def test_suite_lists_the_stored_instances_only(tmp_path):
         Suite(name="x", description="", datasets=("toy-hs",), splits=(0,), metrics=("made-up",))
 
 
-def test_bench_plan_fits_the_instances_own_model_options():
+def test_bench_plan_fits_the_instances_own_model_options(data_dir):  # ss-boston reads the data root
     suite = SUITES["reference"]
     plan = BenchPlan(suite=suite, specs=(parse_spec("lbbnn"), parse_spec("mfvi-bnn")), steps=2, splits=(0,))
     settings = plan.preflight()

@@ -221,6 +221,16 @@ INSTANCES: dict[str, ReferenceInstance] = {
             note="exact: 2^14 models; 200 train / 50 test rows",
         ),
         ReferenceInstance(
+            name="ss-boston",
+            model="lbbnn",
+            method="enumeration",
+            data=DataSpec("uci:bostonHousing"),
+            hidden=(),
+            options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0},
+            draws=1000,
+            note="exact: 2^13 models; standard split 0",
+        ),
+        ReferenceInstance(
             name="ss-diabetes",
             model="lbbnn",
             method="enumeration",
