@@ -131,3 +131,20 @@ def test_cli_prune_refusals_before_any_fit(data_dir, tmp_path, capsys, model, da
         main([*argv, "--out", str(tmp_path / "o")])
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "name, guide",
+    [("mfvi-bnn", None), ("hs-bnn", "structured"), ("reg-hs-bnn", None), ("lbbnn", None), ("cm-bnn", None)],
+)
+def test_every_family_with_units_can_be_pruned(name: str, guide) -> None:
+    """The weights of any guide that samples the model's prior sites are replayed per draw and projected."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(60, 3, generator=g)
+    y = torch.tanh(2 * x[:, 0]) + 0.1 * torch.randn(60, generator=g)
+    model, guide_, _ = build(name, 3, 1, "regression", hidden=[4], guide=guide, seed=0)
+    result = fit(model, guide_, x, y, steps=30, progress=False)
+    pp = projpred_units(result, x, y, ProjpredConfig(num_draws=10))
+    assert 1 <= len(pp.kept) <= 4 and [p["size"] for p in pp.path] == [4, 3, 2, 1]
+    kls = [p["kl"] for p in pp.path]
+    assert kls[0] < 1e-6 and all(b >= a - 1e-9 for a, b in zip(kls, kls[1:]))  # nested: KL grows as units go
