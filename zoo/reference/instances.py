@@ -197,6 +197,20 @@ def _nuts(name: str, model: str, data: DataSpec, note: str, **kw: Any) -> Refere
     return ReferenceInstance(name=name, model=model, method="nuts", data=data, note=note, **kw)
 
 
+def _exact(name: str, data: DataSpec, note: str) -> ReferenceInstance:
+    """The linear spike-and-slab (``lbbnn`` without hidden layers, fixed inclusion 0.25, slab variance 1)."""
+    return ReferenceInstance(
+        name=name,
+        model="lbbnn",
+        method="enumeration",
+        data=data,
+        hidden=(),
+        options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0},
+        draws=1000,
+        note=note,
+    )
+
+
 _BOWTIE = DataSpec("toy-bowtie", n_train=100)
 _CUBIC = DataSpec("toy-hs", n_test=50)
 _YACHT = DataSpec("uci:yacht", n_train=100)
@@ -209,39 +223,14 @@ _SHRUNK = "hidden 3; {}"
 #: global and local scales, and smaller steps to run free of divergences
 _HS = SamplerSettings(target_accept=0.95, full_mass=True)
 
+_SELECTION_NOTE = "exact: 2^14 models; 200 train / 50 test rows"
+
 INSTANCES: dict[str, ReferenceInstance] = {
     i.name: i
     for i in (
-        ReferenceInstance(
-            name="ss-selection-linear",
-            model="lbbnn",
-            method="enumeration",
-            data=DataSpec("selection-linear"),
-            hidden=(),
-            options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0},
-            draws=1000,
-            note="exact: 2^14 models; 200 train / 50 test rows",
-        ),
-        ReferenceInstance(
-            name="ss-boston",
-            model="lbbnn",
-            method="enumeration",
-            data=DataSpec("uci:bostonHousing"),
-            hidden=(),
-            options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0},
-            draws=1000,
-            note="exact: 2^13 models; standard split 0",
-        ),
-        ReferenceInstance(
-            name="ss-diabetes",
-            model="lbbnn",
-            method="enumeration",
-            data=DataSpec("diabetes"),
-            hidden=(),
-            options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0},
-            draws=1000,
-            note="exact: 2^10 models; full split 0",
-        ),
+        _exact("ss-selection-linear", DataSpec("selection-linear"), _SELECTION_NOTE),
+        _exact("ss-boston", DataSpec("uci:bostonHousing"), "exact: 2^13 models; standard split 0"),
+        _exact("ss-diabetes", DataSpec("diabetes"), "exact: 2^10 models; full split 0"),
         _nuts(
             "gauss-221",
             "mfvi-bnn",
