@@ -5,12 +5,11 @@ same posterior draws, on the original target scale."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from zoo.sparsity.projpred import ProjpredConfig, projpred_units
+from zoo.sparsity.projpred import ProjpredConfig, _elpd_points, projpred_units
 
 __all__ = ["PRUNE_METHODS", "prune_run"]
 
@@ -20,9 +19,7 @@ PRUNE_METHODS = ("projpred",)
 
 def _scores(mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     """Mixture NLL (mean over test points) and RMSE of the predictive mean of draws ``N(mean_s, sd_s^2)``."""
-    s2 = sd.pow(2).unsqueeze(-1)
-    lp = -0.5 * (math.log(2 * math.pi) + s2.log() + (y - mean).pow(2) / s2)
-    nll = -(torch.logsumexp(lp, 0) - math.log(mean.shape[0])).mean()
+    nll = -_elpd_points(mean, sd.pow(2), y).mean()
     rmse = (mean.mean(0) - y).pow(2).mean().sqrt()
     return float(nll), float(rmse)
 
