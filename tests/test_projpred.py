@@ -11,7 +11,7 @@ import torch
 from zoo.experiments.registry import build
 from zoo.infer.loop import fit
 from zoo.sparsity import ProjpredConfig, projpred_units
-from zoo.sparsity.projpred import _project
+from zoo.sparsity.projpred import _project, _search
 
 W = torch.tensor([[2.0, 0.0, 0.0, 0.0], [0.0, -2.0, 1.0, 0.0], [1.0, 1.0, 0.0, 2.0]])
 B = torch.tensor([0.5, -0.3, 0.0])
@@ -70,6 +70,47 @@ def test_projection_is_the_least_squares_refit_and_its_noise_variance() -> None:
         assert float(sp[s]) == pytest.approx(float(s2[s] + resid.pow(2).mean()), rel=1e-10)
     # KL(N(f, s2) || N(f_perp, s2 + mse)) per point averages to 0.5 log(sp / s2) (the mse cancels)
     assert 0.5 * math.log(float(sp[0] / s2[0])) > 0
+
+
+def _exhaustive_path(h, f, s2, ridge):
+    """The greedy backward search by brute force: every candidate refitted by ``lstsq`` (ground truth)."""
+    units, order, kls = list(range(h.shape[-1])), [], []
+    while len(units) > 1:
+        trials = []
+        for r in units:
+            _, sp = _project(h, f, s2, [u for u in units if u != r], ridge)
+            trials.append((float(0.5 * (sp / s2).log().mean()), r))
+        kl, r = min(trials)
+        units.remove(r)
+        order.append(r)
+        kls.append(kl)
+    return order, kls
+
+
+@pytest.mark.parametrize("refresh", [1, 3, 1000])
+def test_downdated_search_equals_refitting_every_candidate(refresh: int) -> None:
+    """The rank-one downdate scores and refits exactly what refitting every candidate would: the same
+    removal order and path KLs, whether the Gram inverse is refactorized every step or never."""
+    g = torch.Generator().manual_seed(3)
+    s, n, k = 4, 60, 12
+    h = torch.relu(torch.randn(s, n, k, generator=g, dtype=torch.float64))
+    f = (h * torch.linspace(2.0, 0.01, k, dtype=torch.float64)).sum(-1) + 0.3 * torch.randn(s, n, generator=g)
+    s2 = torch.tensor([0.2, 0.5, 1.0, 0.3], dtype=torch.float64)
+    cfg = ProjpredConfig(refresh=refresh, ridge=1e-10)
+
+    def score(units, beta):
+        a = torch.cat([torch.ones(s, n, 1, dtype=torch.float64), h[..., units]], -1)
+        sp = s2 + (f - (a @ beta.unsqueeze(-1)).squeeze(-1)).pow(2).mean(-1)
+        return {"kl": float(0.5 * (sp / s2).log().mean()), "delta_elpd": 0.0, "se": 0.0, "n": n,
+                "sigma_perp": sp}  # fmt: skip
+
+    path = _search(h, f, s2, cfg, score)
+    order, kls = _exhaustive_path(h, f, s2, 1e-10)
+    assert [p["removed"] for p in path[1:]] == order
+    path_kl = torch.tensor([p["kl"] for p in path[1:]])
+    torch.testing.assert_close(path_kl, torch.tensor(kls), rtol=1e-7, atol=1e-10)
+    with pytest.raises(ValueError, match="refresh"):
+        ProjpredConfig(refresh=0)
 
 
 def test_refusals() -> None:
@@ -148,3 +189,20 @@ def test_every_family_with_units_can_be_pruned(name: str, guide) -> None:
     assert 1 <= len(pp.kept) <= 4 and [p["size"] for p in pp.path] == [4, 3, 2, 1]
     kls = [p["kl"] for p in pp.path]
     assert kls[0] < 1e-6 and all(b >= a - 1e-9 for a, b in zip(kls, kls[1:]))  # nested: KL grows as units go
+
+
+def test_protocol_runs_carry_the_prune_columns() -> None:
+    """A protocol spec with ``prune: "projpred"`` gets the prune columns in its row, consistent with the
+    fit's own test metrics; a bad value or an ensemble is refused before any fit."""
+    from zoo.experiments.protocol import RunSpec
+    from zoo.experiments.reproduce import _run_one, run_config
+
+    row = _run_one(RunSpec("g", "mfvi-bnn", "toy-hs", 0, {"hidden": [6], "steps": 200, "prune": "projpred"}))
+    assert row["pp_units_total"] == 6 and 1 <= row["pp_units_kept"] <= 6
+    assert row["prune_rule"] == "nll" and row["prune_seconds"] >= 0
+    assert math.isfinite(row["prune_delta_nll"]) and math.isfinite(row["prune_delta_rmse"])
+    assert abs(row["prune_full_nll"] - row["nll_mixture"]) < 0.2  # the same posterior, other draws
+    for bad, message in (({"prune": "lasso"}, "prune must be one of projpred"), ({"prune": "projpred",
+                         "ensemble": 2}, "not with ensemble")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            run_config(RunSpec("g", "mfvi-bnn", "toy-hs", 0, bad))

@@ -70,9 +70,11 @@ def run_config(spec: RunSpec) -> tuple[int, float, RunConfig]:
     kwargs = dict(spec.kwargs)
     k = kwargs.pop("ensemble", 1)
     zeta = kwargs.pop("zeta", 0.1)
+    prune = kwargs.pop("prune", None)
     what = f"run {spec.variant}/{spec.dataset}/split {spec.split}"
     try:
         check_positive_int("ensemble", k)
+        _check_prune(prune, k)
         ensemble_weights([0.0], zeta)  # validates zeta
         cfg = RunConfig.from_dict(
             {**kwargs, "split": spec.split, "seed": spec.split, "progress": False}, what=what
@@ -84,9 +86,20 @@ def run_config(spec: RunSpec) -> tuple[int, float, RunConfig]:
     return k, float(zeta), cfg
 
 
+def _check_prune(prune: object, k: int) -> None:
+    from zoo.sparsity.runs import PRUNE_METHODS
+
+    if prune is not None and prune not in PRUNE_METHODS:
+        raise ValueError(f"prune must be one of {', '.join(PRUNE_METHODS)} or absent, got {prune!r}")
+    if prune is not None and k > 1:
+        raise ValueError("prune: prunes one fit; not with ensemble")
+
+
 def _run_one(spec: RunSpec) -> dict:
     """One protocol row; ``ensemble: K`` in the spec's kwargs makes it a K-member ELBO-weighted ensemble
-    (:func:`zoo.experiments.ensemble.fit_ensemble`, members fitted in this worker)."""
+    (:func:`zoo.experiments.ensemble.fit_ensemble`, members fitted in this worker); ``prune: "projpred"``
+    adds the projection-predictive pruning columns of :func:`zoo.sparsity.runs.prune_run` (draws seeded by
+    the split)."""
     torch.set_num_threads(1)
     import pyro
 
@@ -96,7 +109,13 @@ def _run_one(spec: RunSpec) -> dict:
     if k > 1:
         metrics = fit_ensemble(spec.model, spec.dataset, cfg, k=k, zeta=zeta).metrics
     else:
-        metrics = fit_on_dataset(spec.model, spec.dataset, cfg).metrics
+        run = fit_on_dataset(spec.model, spec.dataset, cfg)
+        metrics = run.metrics
+        if spec.kwargs.get("prune"):
+            from zoo.sparsity import ProjpredConfig
+            from zoo.sparsity.runs import prune_run
+
+            metrics.update(prune_run(run, ProjpredConfig(seed=spec.split)))
     row = {"variant": spec.variant, **metrics, "total_seconds": round(time.perf_counter() - t0, 3)}
     # rows are keyed by the spec's dataset string: an alias (``uci:boston``) must not lose its row to the
     # loader's canonical name (``uci:bostonHousing``), which is kept beside it

@@ -11,10 +11,12 @@ import torch
 
 from zoo.sparsity.projpred import ProjpredConfig, _elpd_points, projpred_units
 
-__all__ = ["PRUNE_METHODS", "prune_run"]
+__all__ = ["PRUNE_COLUMNS", "PRUNE_METHODS", "prune_run"]
 
 #: the accepted values of ``zoo fit --prune``
 PRUNE_METHODS = ("projpred",)
+#: the numeric prune columns a protocol summarizes
+PRUNE_COLUMNS = ("pp_units_kept", "prune_delta_nll", "prune_delta_rmse", "prune_seconds")
 
 
 def _scores(mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:

@@ -35,6 +35,7 @@ from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.entry import UCI8, UCI_FOLDER
 from zoo.families.horseshoe.options import HorseshoeOptions
 from zoo.families.horseshoe.prior import HorseshoePrior
+from zoo.sparsity.runs import PRUNE_COLUMNS
 
 __all__ = ["HorseshoeOptions", "build_hs", "build_reg_hs", "default_loss", "hs_metrics", "ACTIVE_FRACTION"]
 
@@ -168,7 +169,8 @@ def _toy_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     runs = []
     for width in (10, 100, 1000):
         for k in trials:
-            h = {"hidden": [width]}
+            # projection pruning costs O(S K^3) in the width K: minutes at K = 1000, so widths <= 100 only
+            h = {"hidden": [width], **({"prune": "projpred"} if width <= 100 else {})}
             runs.append(RunSpec(f"gauss-{width}", "mfvi-bnn", "toy-hs", k, h))
             runs.append(RunSpec(f"hs-fact-{width}", "hs-bnn", "toy-hs", k, {**h, "guide": "factorized"}))
             runs.append(RunSpec(f"hs-struct-{width}", "hs-bnn", "toy-hs", k, {**h, "guide": "structured"}))
@@ -191,10 +193,13 @@ register_protocol(
             "5 trials (§6.2.1, Fig. 6/15).  2-2-1 toy (toy-hs-221): 15 hidden units, non-centered vs "
             "centered hs-bnn (factorized), compare the units kept by the pruning rule (`units_kept`) and "
             "by the shrinkage profile (`units_active`: ||E[w_kl]|| >= 0.1 x the layer's largest) "
-            "(§6.2.2, Fig. 7: non-centered keeps ~2 units)."
+            "(§6.2.2, Fig. 7: non-centered keeps ~2 units).  Every cubic-toy fit of width 10 and 100 is "
+            "also pruned by projection (zoo.sparsity.projpred_units, Piironen & Vehtari 2017; tolerance "
+            "0.01 nats per training point): `pp_units_kept` and the test-set change in NLL and RMSE of the "
+            "pruned network."
         ),
         runs=_toy_runs,
-        metrics=("rmse", "nll", "accuracy", "units_kept", "units_active"),
+        metrics=("rmse", "nll", "accuracy", "units_kept", "units_active", *PRUNE_COLUMNS),
         paper_source="arXiv:1705.10388 §6.2.1-6.2.2, Figs. 6, 7, 15 (figures only; no numbers in the text)",
     )
 )
@@ -216,7 +221,7 @@ def _uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
                             model,
                             f"uci:{UCI_FOLDER[d]}",
                             k,
-                            {"hidden": [50], "guide": guide},
+                            {"hidden": [50], "guide": guide, "prune": "projpred"},
                         )
                     )
     return runs + nuts
@@ -230,12 +235,23 @@ register_protocol(
             "naval; "
             "one hidden layer of 50 ReLU units; standard splits 0-9; HS and reg-HS, factorized and "
             "structured guides; Adam lr 0.005, batch 128, 5000 steps; metrics on the original scale from "
-            "100 draws; `density` from the pruning rule P(tau v < 1e-3) > 0.9.  Variant nuts (yacht, boston, "
-            "splits 0-4; only with `--variants nuts`): NUTS on the same non-centered hs-bnn, 4 chains x 500 "
-            "warm-up + 500 draws, tree depth <= 8, metrics from every draw."
+            "100 draws; `density` from the pruning rule P(tau v < 1e-3) > 0.9; every fit also pruned by "
+            "projection (`pp_units_kept`, `prune_delta_nll`, `prune_delta_rmse`, `prune_seconds`; "
+            "zoo.sparsity).  Variant nuts (yacht, boston, splits 0-4; only with `--variants nuts`): NUTS "
+            "on the same non-centered hs-bnn, 4 chains x 500 warm-up + 500 draws, tree depth <= 8, metrics "
+            "from every draw."
         ),
         runs=_uci_runs,
-        metrics=("rmse", "rmse_draws", "nll", "coverage95", "units_kept", "units_active", "density"),
+        metrics=(
+            "rmse",
+            "rmse_draws",
+            "nll",
+            "coverage95",
+            "units_kept",
+            "units_active",
+            "density",
+            *PRUNE_COLUMNS,
+        ),
         opt_in=("nuts",),
         paper_source=(
             "arXiv:1705.10388 §6.3.3-6.5, Figs. 11-13 (relative-improvement figures only; no numbers in the "
