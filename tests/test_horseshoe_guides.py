@@ -232,3 +232,27 @@ def test_hs_toys_figure_script(tmp_path):
     out = mod.main([str(src)])
     assert out == tmp_path / "hs-toys.png" and out.stat().st_size > 1000
     assert not list(tmp_path.glob("*.tmp.png"))
+
+
+def test_hs_procedure_q90_is_the_pruning_rule():
+    """``benchmarks/hs_procedure.py``'s q90 (the 90 % quantile of tau v) decides the rule exactly: planted
+    log-scales far below and far above log(1e-3) give q90 on the matching side, and a short study row
+    agrees with the guide's own pruning probabilities (the script raises when they disagree)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "hs_procedure.py"
+    spec = importlib.util.spec_from_file_location("hs_procedure", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    run = mod.fit_variant("zoo", seed=0, steps=30)
+    row = mod.summarize(run, "zoo", 0)
+    assert row["units_kept"] == sum(q >= -3 for q in row["log10_q90"]) and len(row["log10_q90"]) == 15
+    assert row["steps"] == 30
+    with torch.no_grad():
+        run.result.guide.l0_tau_mu_unconstrained[:4] = -40.0  # ln tau^2 = -40: tau v ~ 2e-9 v
+    row = mod.summarize(run, "zoo", 0)
+    assert sum(q < -3 for q in row["log10_q90"]) == 4 and row["units_kept"] == 11
+    with torch.no_grad():  # a unit whose q90 sits just above 1e-3 is kept
+        run.result.guide.l0_tau_mu_unconstrained[:4] = 2 * math.log(1e-3) + 0.5
+    assert sum(q < -3 for q in mod.summarize(run, "zoo", 0)["log10_q90"]) == 0
