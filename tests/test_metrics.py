@@ -778,3 +778,36 @@ def test_scalar_validators_added_for_the_builders():
         check_probability("alpha_reg", 1.5, allow_one=True)
     with pytest.raises(ValueError, match=r"^delta must lie in \(0, 1\)"):
         check_probability("delta", 1.0)
+
+
+def test_mixture_pit_hand_cases_and_calibration():
+    # one draw, y at the mean -> 1/2; a two-component mixture averages the two normal CDFs
+    assert M.mixture_pit([1.0], [[1.0]], [2.0]) == pytest.approx([0.5])
+    u = M.mixture_pit([0.0], [[-1.0], [1.0]], [[1.0], [1.0]])
+    assert u == pytest.approx([0.5 * (0.8413447460685429 + 0.15865525393145707)])
+    # calibrated Monte Carlo: y ~ N(0, 1) under N(0, 1) -> interval coverage = level within 4 binomial sds
+    n = 20000
+    y = np.random.default_rng(0).standard_normal(n)
+    cov = M.interval_coverage(M.mixture_pit(y, np.zeros((1, n)), np.ones(1)))
+    for level, c in cov.items():
+        assert abs(c - level) < 4 * math.sqrt(level * (1 - level) / n), (level, c)
+    # a predictive twice too wide over-covers: P(|Z| <= 2 z_{0.75}) = 0.8227 at the nominal 0.5
+    wide = M.interval_coverage(M.mixture_pit(y, np.zeros((1, n)), 2 * np.ones(1)), [0.5])[0.5]
+    assert abs(wide - 0.8227) < 4 * math.sqrt(0.8227 * 0.1773 / n)
+    # the Gaussian coverage and the one-component PIT coverage agree
+    loc, sd = np.random.default_rng(1).normal(size=(1, 50)), np.full(1, 0.7)
+    yy = loc[0] + np.random.default_rng(2).normal(size=50)
+    assert M.interval_coverage(M.mixture_pit(yy, loc, sd), [0.95])[0.95] == M.coverage(yy, loc[0], 0.49)
+
+
+def test_mixture_pit_and_interval_coverage_refuse_bad_input():
+    with pytest.raises(ValueError, match="loc"):
+        M.mixture_pit([0.0, 1.0], np.zeros((3, 4)), np.ones(3))
+    with pytest.raises(ValueError, match="scale"):
+        M.mixture_pit([0.0], np.zeros((3, 1)), np.ones(2))
+    with pytest.raises(ValueError, match="scale"):
+        M.mixture_pit([0.0], np.zeros((3, 1)), np.zeros(3))
+    with pytest.raises(ValueError, match="pit"):
+        M.interval_coverage([1.5])
+    with pytest.raises(ValueError, match="levels"):
+        M.interval_coverage([0.5], [1.2])

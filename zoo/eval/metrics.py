@@ -93,6 +93,8 @@ __all__ = [
     "categorical_nll",
     "coverage",
     "coverage_from_samples",
+    "mixture_pit",
+    "interval_coverage",
     "accuracy",
     "confident_accuracy",
     "ece",
@@ -224,6 +226,39 @@ def coverage_from_samples(y: Any, samples: Any, level: float = 0.95) -> float:
     s = check_draws("samples", samples, y_.shape)
     lo, hi = np.quantile(s, [0.5 * (1.0 - lv), 0.5 * (1.0 + lv)], axis=0)
     return float(np.mean((y_ >= lo) & (y_ <= hi)))
+
+
+def mixture_pit(y: Any, loc: Any, scale: Any) -> np.ndarray:
+    """Probability integral transform of ``y`` under the Gaussian mixture ``(1/S) sum_s N(loc_s, scale_s^2)``:
+    ``u_n = (1/S) sum_s Phi((y_n - loc_sn) / scale_sn)``, shape ``(N,)``.
+
+    For a calibrated predictive the ``u_n`` are uniform on (0, 1) (Dawid 1984; Gneiting, Balabdaoui &
+    Raftery 2007, JRSS-B 69, §2.1); ``loc`` is ``(S, N)``, ``scale`` ``(S, N)`` or ``(S,)``.
+    """
+    from scipy.special import ndtr
+
+    y_ = check_float_array("y", y, min_ndim=1).reshape(-1)
+    m = check_draws("loc", loc, y_.shape)
+    sd = check_float_array("scale", scale, min_ndim=1)
+    if sd.ndim == 1 and sd.shape[0] == m.shape[0]:
+        sd = sd[:, None]
+    if sd.shape not in (m.shape, (m.shape[0], 1)):
+        raise ValueError(f"`scale` has shape {sd.shape}, expected {m.shape} or ({m.shape[0]},)")
+    check_positive_array("scale", sd)
+    return np.mean(ndtr((y_[None, :] - m) / sd), axis=0)
+
+
+def interval_coverage(pit: Any, levels: Any = (0.5, 0.8, 0.9, 0.95, 0.99)) -> dict[float, float]:
+    """Coverage of the central predictive intervals at ``levels`` from PIT values: the fraction of points
+    with ``|u - 1/2| <= level / 2`` (a reliability diagram plots it against ``level``)."""
+    u = check_float_array("pit", pit, min_ndim=1).reshape(-1)
+    if np.any(u < 0) or np.any(u > 1):
+        raise ValueError("`pit` values must lie in [0, 1]")
+    out = {}
+    for lv in np.atleast_1d(np.asarray(levels, dtype=float)):
+        level = check_level("levels", float(lv))
+        out[level] = float(np.mean(np.abs(u - 0.5) <= 0.5 * level + 1e-12))
+    return out
 
 
 def _quantile_levels(quantiles: Any) -> np.ndarray:

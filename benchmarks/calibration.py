@@ -1,0 +1,213 @@
+"""Calibration of the registry entries' regression predictive on the UCI sets (issue 17, item 2).
+
+Every fit is the entry's own protocol fit (:func:`zoo.experiments.runs.fit_on_dataset` with one hidden layer
+of 50 units and the entry's defaults, or the guide named after a colon, ``hs-bnn:factorized``), scored by:
+
+* the coverage of the central predictive intervals at levels 0.5, 0.8, 0.9, 0.95 and 0.99, from the
+  probability integral transform of the Gaussian-mixture predictive over the posterior draws
+  (:func:`zoo.eval.metrics.mixture_pit`, Gneiting, Balabdaoui & Raftery 2007) — the reliability diagram;
+* ``coverage95``, the protocols' Gaussian moment-matched 95 % coverage, and test RMSE / NLL;
+* the **cause** of a too wide (or narrow) interval, split into its two parts: ``noise_ratio`` = the posterior
+  mean of the noise variance over the training MSE of the predictive mean (> 1: the noise is over-estimated,
+  e.g. by a prior that acts as pseudo-observations of variance 1 on standardized targets, or by a guide
+  that under-fits), and ``epistemic_share`` = the spread of the network output over draws as a fraction of
+  the predictive variance (large: the weight posterior, not the noise, makes the interval).
+
+Every finished fit is journaled to ``OUT/calibration.partial.jsonl`` so an interrupted run resumes; the
+summary goes to ``OUT/calibration.{json,md,png}``.
+
+Usage::
+
+    ZOO_DATA_DIR=/work/shared/data python benchmarks/calibration.py \\
+        [--models mfvi-bnn hs-bnn:factorized cm-bnn] [--datasets yacht energy] [--splits 0 1] \\
+        [--out benchmarks/results] [--render-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
+MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
+DATASETS = ("yacht", "energy", "bostonHousing", "concrete")
+
+
+def fit_row(spec: str, dataset: str, split: int) -> dict:
+    """One fit of ``spec`` (``model[:guide]``) on ``uci:dataset`` split ``split`` and its calibration row."""
+    import torch
+
+    from zoo.eval.metrics import interval_coverage, mixture_pit
+    from zoo.experiments.runs import RunConfig, fit_on_dataset
+
+    model, _, guide = spec.partition(":")
+    cfg = RunConfig(split=split, seed=split, hidden=(50,), guide=guide or None, progress=False)
+    cfg = RunConfig.from_dict({**cfg.to_dict(), "train_metrics": True})
+    t0 = time.perf_counter()
+    run = fit_on_dataset(model, f"uci:{dataset}", cfg)
+    pred, train = run.predictions, run.train_predictions
+    _, ytr, _, yte = run.dataset.tensors(device=torch.device("cpu"))
+    y, ytr = yte.reshape(-1).double().numpy(), ytr.reshape(-1).double().numpy()
+    loc, scale = pred.loc.double().cpu().numpy(), pred.scale.double().cpu().numpy()
+    cov = interval_coverage(mixture_pit(y, loc, scale), LEVELS)
+    train_mse = float(np.mean((ytr - train.mean.reshape(-1).double().cpu().numpy()) ** 2))
+    noise_var = float(np.mean(scale**2))
+    epistemic = float(np.mean(np.var(loc, axis=0)))
+    return {
+        "model": spec,
+        "dataset": dataset,
+        "split": split,
+        "rmse": run.metrics["rmse"],
+        "nll": run.metrics["nll"],
+        "coverage95": run.metrics["coverage95"],
+        "coverage": {str(k): v for k, v in cov.items()},
+        "noise_ratio": noise_var / train_mse,
+        "epistemic_share": epistemic / (epistemic + noise_var),
+        "fit_seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _journal(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: that fit is redone
+            continue
+    return rows
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Mean over splits per (model, dataset): coverage per level, coverage95, NLL, RMSE, the two causes."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["dataset"]), []).append(r)
+    out = []
+    for (model, ds), rs in groups.items():
+        entry = {"model": model, "dataset": ds, "splits": len(rs)}
+        for key in ("coverage95", "nll", "rmse", "noise_ratio", "epistemic_share"):
+            entry[key] = statistics.fmean(r[key] for r in rs)
+        entry["coverage"] = {lv: statistics.fmean(r["coverage"][lv] for r in rs) for lv in rs[0]["coverage"]}
+        out.append(entry)
+    return out
+
+
+def markdown(summary: list[dict], command: str) -> str:
+    lines = [
+        "# calibration",
+        "",
+        "Regression calibration of the registry defaults (one hidden layer of 50 units, UCI standard "
+        "splits): coverage of the central predictive intervals from the PIT of the mixture predictive, "
+        "the protocols' Gaussian 95 % coverage, and the two parts of the interval: `noise ratio` "
+        "(posterior mean noise variance / training MSE of the predictive mean) and `epistemic share` "
+        "(output spread over draws / predictive variance).  See `benchmarks/calibration.py`.",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| model | dataset | splits | "
+        + " | ".join(f"cov {lv}" for lv in LEVELS)
+        + " | coverage95 (Gauss) | "
+        "NLL | RMSE | noise ratio | epistemic share |",
+        "|---|---|---|" + "---|" * len(LEVELS) + "---|---|---|---|---|",
+    ]
+    for e in summary:
+        cov = " | ".join(f"{e['coverage'][str(lv)]:.3f}" for lv in LEVELS)
+        lines.append(
+            f"| {e['model']} | {e['dataset']} | {e['splits']} | {cov} | {e['coverage95']:.3f} | "
+            f"{e['nll']:.3f} | {e['rmse']:.3g} | {e['noise_ratio']:.2f} | {e['epistemic_share']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def reliability_figure(summary: list[dict], path: Path) -> None:
+    """Coverage against nominal level, one panel per model, one line per dataset."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zoo.io import atomic_write_bytes
+
+    models = list(dict.fromkeys(e["model"] for e in summary))
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")
+        for e in (e for e in summary if e["model"] == model):
+            ax.plot(LEVELS, [e["coverage"][str(lv)] for lv in LEVELS], marker="o", ms=3, label=e["dataset"])
+        ax.set_xlim(0.45, 1.0)
+        ax.set_ylim(0.45, 1.01)
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("nominal level")
+    axes[0][0].set_ylabel("empirical coverage")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    p.add_argument("--splits", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
+    a = p.parse_args(argv)
+    if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
+        p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
+    logging.basicConfig(level=logging.WARNING)
+    import torch
+
+    from zoo.io import append_line, atomic_write_many
+
+    torch.set_num_threads(1)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    journal = out / "calibration.partial.jsonl"
+    if not a.render_only:
+        done = {(r["model"], r["dataset"], r["split"]) for r in _journal(journal)}
+        with open(journal, "a") as fh:
+            for spec in a.models:
+                for ds in a.datasets:
+                    for k in a.splits:
+                        if (spec, ds, k) not in done:
+                            row = fit_row(spec, ds, k)
+                            append_line(fh, json.dumps(row))
+                            print(json.dumps(row), flush=True)
+    summary = summarize(_journal(journal))
+    command = "python benchmarks/calibration.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = markdown(summary, command.strip())
+    print(text)
+    if summary:
+        payload = {
+            "command": command.strip(),
+            "levels": LEVELS,
+            "summary": summary,
+            "rows": _journal(journal),
+        }
+        atomic_write_many(
+            {
+                out / "calibration.json": json.dumps(payload, indent=1).encode(),
+                out / "calibration.md": text.encode(),
+            }
+        )
+        reliability_figure(summary, out / "calibration.png")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""``benchmarks/calibration.py``: a real (short) fit gives a calibration row whose parts are consistent, the
+summary averages splits, and the report and the reliability diagram are written whole."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+
+def _module():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.py"
+    spec = importlib.util.spec_from_file_location("calibration_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fit_row_is_consistent(data_dir, monkeypatch):
+    from zoo.experiments.registry import get_entry
+
+    mod = _module()
+    monkeypatch.setitem(get_entry("mfvi-bnn").fit_defaults, "steps", 60)
+    row = mod.fit_row("mfvi-bnn", "yacht", 0)
+    cov = [row["coverage"][str(lv)] for lv in mod.LEVELS]
+    assert all(0 <= c <= 1 for c in cov) and cov == sorted(cov)  # nested intervals cover more
+    assert row["noise_ratio"] > 0 and 0 <= row["epistemic_share"] <= 1
+    assert np.isfinite(row["nll"]) and row["split"] == 0
+
+
+def test_summary_report_and_figure(tmp_path):
+    mod = _module()
+    rows = [
+        {"model": m, "dataset": d, "split": k, "coverage95": 0.9 + 0.01 * k, "nll": 1.0, "rmse": 2.0,
+         "noise_ratio": 1.5, "epistemic_share": 0.1 * k,
+         "coverage": {str(lv): min(1.0, lv + 0.02 * k) for lv in mod.LEVELS}, "fit_seconds": 1.0}
+        for m in ("a", "b") for d in ("yacht", "energy") for k in (0, 1)
+    ]  # fmt: skip
+    summary = mod.summarize(rows)
+    assert len(summary) == 4 and all(e["splits"] == 2 for e in summary)
+    assert summary[0]["coverage95"] == pytest.approx(0.905)
+    assert summary[0]["epistemic_share"] == pytest.approx(0.05)
+    assert summary[0]["coverage"]["0.5"] == pytest.approx(0.51)
+    text = mod.markdown(summary, "cmd")
+    assert text.count("\n| a |") == 2 and "| 0.510 |" in text
+    (tmp_path / "calibration.partial.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")
+    out = mod.main(["--render-only", "--out", str(tmp_path)])
+    assert len(out) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "calibration.json", "calibration.md", "calibration.partial.jsonl", "calibration.png"
+    ]  # fmt: skip
+    assert json.loads((tmp_path / "calibration.json").read_text())["summary"] == out
