@@ -43,6 +43,13 @@ VARIANTS: dict[str, tuple[dict, dict, int]] = {
 Z90 = 1.2815515655446004  # the standard normal's 90 % quantile
 
 
+def layer_scale(run) -> float:
+    """log10 of the median of ``q(v_1)``, the first hidden layer's scale."""
+    with run.result.activate():
+        mu_v, _ = run.result.guide._lognormal("l0_v")
+    return float(0.5 * mu_v.detach().reshape(-1)[0] / math.log(10))
+
+
 def scale_quantiles(run) -> list[float]:
     """log10 of the 90 % quantile of ``tau_kl v_l`` per hidden unit of the first hidden layer (the rule
     fires iff it is below ``log10 delta``; checked against the guide's own pruning probabilities)."""
@@ -97,6 +104,7 @@ def summarize(run, variant: str, seed: int) -> dict:
         **hs_metrics(run),
         "log10_q90_shrunk_median": statistics.median(shrunk) if shrunk else None,
         "log10_q90_active_median": statistics.median(active) if active else None,
+        "log10_v_median": layer_scale(run),
         "log10_q90": q90,
         "norms": norms.tolist(),
         "fit_seconds": run.metrics["fit_seconds"],
@@ -128,8 +136,8 @@ def markdown(rows: list[dict], command: str) -> str:
         f"Command: `{command}`",
         "",
         "| variant | fits | steps | accuracy | units_kept | units_active | log10 q90, shrunk units | "
-        "log10 q90, active units | fit s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "log10 q90, active units | log10 median v | fit s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in dict.fromkeys(r["variant"] for r in rows):
         rs = [r for r in rows if r["variant"] == v]
@@ -138,6 +146,7 @@ def markdown(rows: list[dict], command: str) -> str:
             f"{_mean_sd([r['units_kept'] for r in rs])} | {_mean_sd([r['units_active'] for r in rs])} | "
             f"{_mean_sd([r['log10_q90_shrunk_median'] for r in rs])} | "
             f"{_mean_sd([r['log10_q90_active_median'] for r in rs])} | "
+            f"{_mean_sd([r['log10_v_median'] for r in rs])} | "
             f"{statistics.fmean(r['fit_seconds'] for r in rs):.0f} |"
         )
     return "\n".join(lines) + "\n"
