@@ -29,6 +29,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -41,15 +42,18 @@ MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
 DATASETS = ("yacht", "energy", "bostonHousing", "concrete")
 
 
-def fit_row(spec: str, dataset: str, split: int) -> dict:
-    """One fit of ``spec`` (``model[:guide]``) on ``uci:dataset`` split ``split`` and its calibration row."""
+def fit_row(spec: str, dataset: str, split: int, options: dict | None = None, label: str = "") -> dict:
+    """One fit of ``spec`` (``model[:guide]``, builder ``options``) on ``uci:dataset`` split ``split`` and
+    its calibration row (named ``spec+label`` when a label is given)."""
     import torch
 
     from zoo.eval.metrics import interval_coverage, mixture_pit
     from zoo.experiments.runs import RunConfig, fit_on_dataset
 
     model, _, guide = spec.partition(":")
-    cfg = RunConfig(split=split, seed=split, hidden=(50,), guide=guide or None, progress=False)
+    cfg = RunConfig(
+        split=split, seed=split, hidden=(50,), guide=guide or None, progress=False, options=options or {}
+    )
     cfg = RunConfig.from_dict({**cfg.to_dict(), "train_metrics": True})
     t0 = time.perf_counter()
     run = fit_on_dataset(model, f"uci:{dataset}", cfg)
@@ -62,7 +66,7 @@ def fit_row(spec: str, dataset: str, split: int) -> dict:
     noise_var = float(np.mean(scale**2))
     epistemic = float(np.mean(np.var(loc, axis=0)))
     return {
-        "model": spec,
+        "model": f"{spec}+{label}" if label else spec,
         "dataset": dataset,
         "split": split,
         "rmse": run.metrics["rmse"],
@@ -102,7 +106,7 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
-def markdown(summary: list[dict], command: str) -> str:
+def markdown(summary: list[dict], commands: list[str]) -> str:
     lines = [
         "# calibration",
         "",
@@ -112,7 +116,9 @@ def markdown(summary: list[dict], command: str) -> str:
         "(posterior mean noise variance / training MSE of the predictive mean) and `epistemic share` "
         "(output spread over draws / predictive variance).  See `benchmarks/calibration.py`.",
         "",
-        f"Command: `{command}`",
+        "Commands (rows of every one are in the table):",
+        "",
+        *(f"* `{c}`" for c in commands),
         "",
         "| model | dataset | splits | "
         + " | ".join(f"cov {lv}" for lv in LEVELS)
@@ -165,8 +171,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--datasets", nargs="+", default=list(DATASETS))
     p.add_argument("--splits", type=int, nargs="+", default=[0, 1])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--options", type=json.loads, default=None, help="builder options (JSON) of every model")
+    p.add_argument("--label", default="", help="suffix of the model names when --options is given")
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
     a = p.parse_args(argv)
+    if a.options is not None and not a.label:
+        p.error("--options needs --label (the rows must not mix with the defaults' rows)")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
     logging.basicConfig(level=logging.WARNING)
@@ -180,30 +190,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
     journal = out / "calibration.partial.jsonl"
     if not a.render_only:
         done = {(r["model"], r["dataset"], r["split"]) for r in _journal(journal)}
+        suffix = f"+{a.label}" if a.label else ""
         with open(journal, "a") as fh:
             for spec in a.models:
                 for ds in a.datasets:
                     for k in a.splits:
-                        if (spec, ds, k) not in done:
-                            row = fit_row(spec, ds, k)
+                        if (spec + suffix, ds, k) not in done:
+                            row = fit_row(spec, ds, k, a.options, a.label)
                             append_line(fh, json.dumps(row))
                             print(json.dumps(row), flush=True)
     summary = summarize(_journal(journal))
-    command = "python benchmarks/calibration.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = markdown(summary, command.strip())
+    command = "python benchmarks/calibration.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    record = out / "calibration.json"
+    earlier = json.loads(record.read_text()).get("commands", []) if record.exists() else []
+    commands = earlier if a.render_only else list(dict.fromkeys([*earlier, command.strip()]))
+    text = markdown(summary, commands)
     print(text)
     if summary:
-        payload = {
-            "command": command.strip(),
-            "levels": LEVELS,
-            "summary": summary,
-            "rows": _journal(journal),
-        }
+        payload = {"commands": commands, "levels": LEVELS, "summary": summary, "rows": _journal(journal)}
         atomic_write_many(
-            {
-                out / "calibration.json": json.dumps(payload, indent=1).encode(),
-                out / "calibration.md": text.encode(),
-            }
+            {record: json.dumps(payload, indent=1).encode(), out / "calibration.md": text.encode()}
         )
         reliability_figure(summary, out / "calibration.png")
     return summary

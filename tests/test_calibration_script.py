@@ -55,3 +55,11 @@ def test_summary_report_and_figure(tmp_path):
         "calibration.json", "calibration.md", "calibration.partial.jsonl", "calibration.png"
     ]  # fmt: skip
     assert json.loads((tmp_path / "calibration.json").read_text())["summary"] == out
+
+
+def test_options_need_a_label(tmp_path, capsys):
+    mod = _module()
+    with pytest.raises(SystemExit):
+        mod.main(["--options", '{"noise_rate": 0.1}', "--out", str(tmp_path)])
+    assert "--options needs --label" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before anything is written
