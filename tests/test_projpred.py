@@ -206,3 +206,24 @@ def test_protocol_runs_carry_the_prune_columns() -> None:
                          "ensemble": 2}, "not with ensemble")):  # fmt: skip
         with pytest.raises(ValueError, match=message):
             run_config(RunSpec("g", "mfvi-bnn", "toy-hs", 0, bad))
+
+
+def test_spread_report_summarizes_the_units_kept(monkeypatch, capsys) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "projpred_spread.py"
+    spec = importlib.util.spec_from_file_location("projpred_spread", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [
+        {"seed": s, "rmse": 1.0, "nll": 2.0, "pp_units_kept": k, "pp_units_total": 50,
+         "prune_delta_nll": 0.001, "prune_delta_rmse": -0.01, "prune_seconds": 0.5}
+        for s, k in enumerate([2, 4, 3])
+    ]  # fmt: skip
+    text = mod.markdown(rows, "t", "cmd")
+    assert "mean 3.0 ± 1.0, min 2, max 4" in text and "| 1 | 1.000 | 2.000 | 4 of 50 | +0.0010 |" in text
+    monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
+    with pytest.raises(SystemExit):
+        mod.main(["--seeds", "0", "--dataset", "uci:yacht"])
+    assert "needs ZOO_DATA_DIR" in capsys.readouterr().err
