@@ -80,15 +80,9 @@ def fit_row(spec: str, dataset: str, split: int, options: dict | None = None, la
 
 
 def _journal(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill: that fit is redone
-            continue
-    return rows
+    from zoo.io import read_lines
+
+    return read_lines(path)
 
 
 def summarize(rows: list[dict]) -> list[dict]:

@@ -48,15 +48,9 @@ def _specs(inst, models: set[str] | None) -> list[tuple[str, str]]:
 
 
 def _journal(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill: that fit is redone
-            continue
-    return rows
+    from zoo.io import read_lines
+
+    return read_lines(path)
 
 
 def _run(args: argparse.Namespace, journal: Path) -> None:

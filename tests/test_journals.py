@@ -153,3 +153,16 @@ def test_a_failed_final_write_keeps_the_journal(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "_run_one", lambda spec: pytest.fail("a journaled fit ran again"))
     doc = run_protocol(tiny, tmp_path, splits=[0], overrides={"steps": 3}, progress=False)
     assert len(doc["rows"]) == 1 and not journal.exists()
+
+
+def test_read_lines_skips_a_cut_line(tmp_path):
+    from zoo.io import append_line, read_lines
+
+    path = tmp_path / "j.jsonl"
+    assert read_lines(path) == []
+    with open(path, "a") as fh:
+        append_line(fh, json.dumps({"a": 1}))
+        append_line(fh, json.dumps({"b": [2, 3]}))
+    with open(path, "a") as fh:
+        fh.write('{"c": ')  # a kill mid-line
+    assert read_lines(path) == [{"a": 1}, {"b": [2, 3]}]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import re
@@ -39,6 +40,7 @@ __all__ = [
     "atomic_torch_save",
     "atomic_write_many",
     "append_line",
+    "read_lines",
     "check_free_space",
     "pid_alive",
     "remove_orphans",
@@ -190,6 +192,21 @@ def append_line(fh: IO[str], text: str) -> None:
     fh.write(text + "\n")
     fh.flush()
     os.fsync(fh.fileno())
+
+
+def read_lines(path: str | os.PathLike) -> list[dict]:
+    """The JSON rows of a journal written by :func:`append_line` (``[]`` when there is none); a line cut by a
+    kill does not parse and is skipped, so the row it held is redone."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def atomic_write_many(files: Mapping[str | os.PathLike, bytes]) -> None:
