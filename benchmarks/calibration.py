@@ -131,14 +131,12 @@ def markdown(summary: list[dict], commands: list[str]) -> str:
 
 def reliability_figure(summary: list[dict], path: Path) -> None:
     """Coverage against nominal level, one panel per model, one line per dataset."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zoo.io import atomic_write_bytes
+    from zoo.io import atomic_save_figure
 
     models = list(dict.fromkeys(e["model"] for e in summary))
     fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
@@ -153,10 +151,7 @@ def reliability_figure(summary: list[dict], path: Path) -> None:
     axes[0][0].set_ylabel("empirical coverage")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

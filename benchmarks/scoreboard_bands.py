@@ -14,7 +14,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import io
 import logging
 import math
 import sys
@@ -53,7 +52,7 @@ def figure(panels: dict[str, np.ndarray], arrays: dict, title: str, path: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zoo.io import atomic_write_bytes
+    from zoo.io import atomic_save_figure
 
     x = np.asarray(arrays["x_test"])[:, 0]
     order = np.argsort(x)
@@ -76,10 +75,7 @@ def figure(panels: dict[str, np.ndarray], arrays: dict, title: str, path: Path) 
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

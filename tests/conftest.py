@@ -59,3 +59,18 @@ def data_dir() -> Path:
             pytest.fail("ZOO_REQUIRE_DATA=1 but " + msg)
         pytest.skip(msg)
     return root
+
+
+@pytest.fixture
+def benchmark_script():
+    """A loader of ``benchmarks/NAME.py`` as a module (the scripts are not a package)."""
+    import importlib.util
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

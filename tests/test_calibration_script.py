@@ -3,9 +3,7 @@ summary averages splits, and the report and the reliability diagram are written 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,18 +11,10 @@ import pytest
 pytest.importorskip("matplotlib")
 
 
-def _module():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.py"
-    spec = importlib.util.spec_from_file_location("calibration_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_fit_row_is_consistent(data_dir, monkeypatch):
+def test_fit_row_is_consistent(data_dir, monkeypatch, benchmark_script):
     from zoo.experiments.registry import get_entry
 
-    mod = _module()
+    mod = benchmark_script("calibration")
     monkeypatch.setitem(get_entry("mfvi-bnn").fit_defaults, "steps", 60)
     row = mod.fit_row("mfvi-bnn", "yacht", 0)
     cov = [row["coverage"][str(lv)] for lv in mod.LEVELS]
@@ -33,8 +23,8 @@ def test_fit_row_is_consistent(data_dir, monkeypatch):
     assert np.isfinite(row["nll"]) and row["split"] == 0
 
 
-def test_summary_report_and_figure(tmp_path):
-    mod = _module()
+def test_summary_report_and_figure(tmp_path, benchmark_script):
+    mod = benchmark_script("calibration")
     rows = [
         {"model": m, "dataset": d, "split": k, "coverage95": 0.9 + 0.01 * k, "nll": 1.0, "rmse": 2.0,
          "noise_ratio": 1.5, "epistemic_share": 0.1 * k,
@@ -57,8 +47,8 @@ def test_summary_report_and_figure(tmp_path):
     assert json.loads((tmp_path / "calibration.json").read_text())["summary"] == out
 
 
-def test_options_need_a_label(tmp_path, capsys):
-    mod = _module()
+def test_options_need_a_label(tmp_path, capsys, benchmark_script):
+    mod = benchmark_script("calibration")
     with pytest.raises(SystemExit):
         mod.main(["--options", '{"noise_rate": 0.1}', "--out", str(tmp_path)])
     assert "--options needs --label" in capsys.readouterr().err

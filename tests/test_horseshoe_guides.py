@@ -234,17 +234,11 @@ def test_hs_toys_figure_script(tmp_path):
     assert not list(tmp_path.glob("*.tmp.png"))
 
 
-def test_hs_procedure_q90_is_the_pruning_rule():
+def test_hs_procedure_q90_is_the_pruning_rule(benchmark_script):
     """``benchmarks/hs_procedure.py``'s q90 (the 90 % quantile of tau v) decides the rule exactly: planted
     log-scales far below and far above log(1e-3) give q90 on the matching side, and a short study row
     agrees with the guide's own pruning probabilities (the script raises when they disagree)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "hs_procedure.py"
-    spec = importlib.util.spec_from_file_location("hs_procedure", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = benchmark_script("hs_procedure")
     run = mod.fit_variant("zoo", seed=0, steps=30)
     row = mod.summarize(run, "zoo", 0)
     assert row["units_kept"] == sum(q >= -3 for q in row["log10_q90"]) and len(row["log10_q90"]) == 15

@@ -208,14 +208,8 @@ def test_protocol_runs_carry_the_prune_columns() -> None:
             run_config(RunSpec("g", "mfvi-bnn", "toy-hs", 0, bad))
 
 
-def test_spread_report_summarizes_the_units_kept(monkeypatch, capsys) -> None:
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "projpred_spread.py"
-    spec = importlib.util.spec_from_file_location("projpred_spread", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_spread_report_summarizes_the_units_kept(monkeypatch, capsys, benchmark_script) -> None:
+    mod = benchmark_script("projpred_spread")
     rows = [
         {"seed": s, "rmse": 1.0, "nll": 2.0, "pp_units_kept": k, "pp_units_total": 50,
          "prune_delta_nll": 0.001, "prune_delta_rmse": -0.01, "prune_seconds": 0.5}

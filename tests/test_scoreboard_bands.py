@@ -3,25 +3,14 @@ is written whole (one panel per guide over the reference's band)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
 
 
-def _module():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "scoreboard_bands.py"
-    spec = importlib.util.spec_from_file_location("scoreboard_bands", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_band_is_the_quantiles_in_input_order():
-    mod = _module()
+def test_band_is_the_quantiles_in_input_order(benchmark_script):
+    mod = benchmark_script("scoreboard_bands")
     # column j holds the draws 0..1000 shifted by 10 j: quantiles 25, 500, 975 plus the shift
     draws = np.arange(1001.0)[:, None] + 10.0 * np.arange(3)[None, :]
     order = np.array([2, 0, 1])
@@ -31,8 +20,8 @@ def test_band_is_the_quantiles_in_input_order():
     np.testing.assert_allclose(hi, [995.0, 975.0, 985.0])
 
 
-def test_figure_is_written_whole(tmp_path):
-    mod = _module()
+def test_figure_is_written_whole(tmp_path, benchmark_script):
+    mod = benchmark_script("scoreboard_bands")
     rng = np.random.default_rng(0)
     x = rng.uniform(-4, 4, size=(30, 1))
     arrays = {"x_test": x, "y": x[:, 0] ** 3 + 3 * rng.standard_normal((400, 30)), "y_test": x[:, 0] ** 3}

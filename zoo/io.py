@@ -39,6 +39,7 @@ __all__ = [
     "atomic_write_text",
     "atomic_torch_save",
     "atomic_write_many",
+    "atomic_save_figure",
     "append_line",
     "read_lines",
     "check_free_space",
@@ -192,6 +193,18 @@ def append_line(fh: IO[str], text: str) -> None:
     fh.write(text + "\n")
     fh.flush()
     os.fsync(fh.fileno())
+
+
+def atomic_save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100) -> None:
+    """Render a matplotlib figure to PNG in memory, close it, and replace ``path`` with it atomically."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def read_lines(path: str | os.PathLike) -> list[dict]:
