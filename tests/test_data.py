@@ -517,11 +517,12 @@ def test_registry_names_and_errors():
         "toy-hs-221",
         "toy-sinusoid",
         "logistic-sim",
+        "logistic-hs18",
         "uci:bostonHousing",
         "uci:airfoil",
         "uci:protein-tertiary-structure",
     }
-    assert expected <= set(DATASETS) and len(DATASETS) == len(set(DATASETS)) == 21
+    assert expected <= set(DATASETS) and len(DATASETS) == len(set(DATASETS)) == 22
     with pytest.raises(ValueError, match=r"name='nope'.*toy-bowtie"):
         load_dataset("nope")
     with pytest.raises(ValueError, match="name='boston'"):

@@ -14,6 +14,8 @@ name                          task        protocol (``split`` = K)
 ``toy-sinusoid``              regression  200 train / 1000 test drawn with seed K (horseshoe §6.6)
 ``logistic-sim``              binary      our correlated generator, N = 2000 (seed 0), random 90/10, seed K
 ``logistic-sim-weak``         binary      the same design with coefficients × 0.4 (weak signal), as above
+``logistic-hs18``             binary      LBBNN-flow §5.1 design as described, N = 2000 (seed 0), all rows
+                                          train in row order; test: an independent draw (seed 1)
 ``cv10:<any name above>``     (base)      10-fold CV over all rows of the base set, fold K (LBBNN-flow App. C)
 ``csv:PATH``, ``npz:PATH``    (table)     own table file (:mod:`zoo.data.tables`), random split, seed
                                           ``table.split_seed + K``
@@ -35,7 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from zoo.data import embedded, images, synthetic
+from zoo.data import embedded, images, selection_sim, synthetic
 from zoo.data.core import Dataset, check_split, from_arrays
 from zoo.data.cv import CV_PREFIX, cross_validation_dataset
 from zoo.data.splits import random_split_dataset
@@ -59,6 +61,7 @@ DATASETS: tuple[str, ...] = (
     "toy-sinusoid",
     "logistic-sim",
     "logistic-sim-weak",
+    "logistic-hs18",
 )
 
 
@@ -143,6 +146,32 @@ def _logistic_sim(split: int, standardize: bool, weak: bool = False) -> Dataset:
     return random_split_dataset(name, "binary", x, y, split, standardize=standardize, n_classes=2, meta=meta)
 
 
+def _logistic_hs18(split: int, standardize: bool) -> Dataset:
+    """All 2000 rows of the seed-0 draw train (in row order: the trend column makes the order matter for
+    fixed-order minibatches); an independent seed-1 draw, standardised with the training statistics, is the
+    test set.  ``standardize`` is ignored: the reference preprocessing (continuous columns standardised,
+    binary columns raw) is part of the data set."""
+    x, y, beta = selection_sim.make_logistic_hs18(n=2000, seed=_TOY_DATA_SEED)
+    xtr, stats = selection_sim.standardize_continuous(x)
+    xt, yt, _ = selection_sim.make_logistic_hs18(n=2000, seed=_TOY_DATA_SEED + 1)
+    xte, _ = selection_sim.standardize_continuous(xt, stats)
+    meta = {
+        "source": "zoo.data.selection_sim.make_logistic_hs18",
+        "beta_true": beta,
+        "noise_var": selection_sim.NOISE_VAR,
+        "protocol": (
+            f"the §5.1 design as described (Skaaret-Lund et al. 2023, arXiv:2305.03395), N=2000 drawn with "
+            f"seed {_TOY_DATA_SEED}, all rows train in row order; test: an independent draw (seed "
+            f"{_TOY_DATA_SEED + 1}); columns 7-20 standardised with the training mean/sd, 1-6 raw; beta_true "
+            "refers to the raw columns"
+        ),
+    }
+    return from_arrays(
+        "logistic-hs18", "binary", xtr, y, xte, yt, standardize=False, split=split, n_classes=2,
+        true_support=beta != 0, meta=meta,
+    )  # fmt: skip
+
+
 def _images(name: str, split: int, data_dir: str | Path | None) -> Dataset:
     check_split(split, 1)
     return images.load_mnist_like(name, subset="10k", data_dir=data_dir)
@@ -158,6 +187,7 @@ _SPLIT_LOADERS: dict[str, Callable[[int, bool], Dataset]] = {
     "toy-sinusoid": _toy_sinusoid,
     "logistic-sim": _logistic_sim,
     "logistic-sim-weak": lambda s, std: _logistic_sim(s, std, weak=True),
+    "logistic-hs18": _logistic_hs18,
 }
 
 

@@ -1,9 +1,9 @@
 """The settings of one fit (:func:`zoo.infer.loop.fit`) as a validated, serializable config.
 
-:class:`FitConfig` holds the plain-data settings (step budget, optimizer name and learning rate, particles,
-minibatch size, stopping rule, seed, device, progress bar, and free-form ``metadata`` recorded with the
-fit).  The objects of a fit — an optimizer instance, the ELBO, callbacks, the registry spec — stay
-arguments of :func:`~zoo.infer.loop.fit`.  A fit stores its config (``to_dict``) in
+:class:`FitConfig` holds the plain-data settings (step budget, optimizer name and learning rate,
+particles, minibatch size and order, stopping rule, seed, device, progress bar, and free-form ``metadata``
+recorded with the fit).  The objects of a fit — an optimizer instance, the ELBO, callbacks, the registry
+spec — stay arguments of :func:`~zoo.infer.loop.fit`.  A fit stores its config (``to_dict``) in
 :attr:`FitResult.config <zoo.infer.result.FitResult.config>` and in its checkpoints.
 """
 
@@ -41,6 +41,7 @@ class FitConfig(Config):
     lr: float = 1e-2
     num_particles: int = 1
     batch_size: int | None = None
+    shuffle: bool = True
     tol: float | None = None
     patience: int = 3
     window: int | None = None
@@ -67,6 +68,7 @@ class FitConfig(Config):
         check_positive("lr", self.lr)
         check_positive_int("num_particles", self.num_particles)
         check_optional("batch_size", self.batch_size, check_positive_int)
+        check_bool("shuffle", self.shuffle)
         check_optional("tol", self.tol, check_positive)
         check_positive_int("patience", self.patience)
         check_optional("window", self.window, check_positive_int)

@@ -9,7 +9,8 @@ unit (nats, not per datum); a guide that knows its ELBO exactly (CAVI) reports t
 **One iteration** (``step t``):
 
 1. draw the minibatch ``idx`` (an epoch permutation, without replacement, last partial batch dropped;
-   ``idx = None`` for full batch);
+   with ``shuffle=False`` the rows in their stored order every epoch, as the reference code of
+   Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §5.1 does; ``idx = None`` for full batch);
 2. if the guide has gradient parameters (``uses_gradients``, default True): one ``SVI.step``
    (``Trace_ELBO`` by default, any ``pyro.optim.PyroOptim``);
 3. if the guide is a :class:`zoo.core.guide.ClosedFormGuide`: ``closed_form_update(model, x, y, idx)``
@@ -132,7 +133,7 @@ def _next_batch(state: dict, n: int, batch_size: int | None, device: torch.devic
         return None
     gen: torch.Generator = state["gen"]
     if state.get("perm") is None or state["pos"] + batch_size > n:
-        state["perm"] = torch.randperm(n, generator=gen)
+        state["perm"] = torch.randperm(n, generator=gen) if state.get("shuffle", True) else torch.arange(n)
         state["pos"] = 0
         state["epoch"] = state.get("epoch", 0) + 1
     idx = state["perm"][state["pos"] : state["pos"] + batch_size]
@@ -179,7 +180,9 @@ def fit(
     * ``optimizer``/``lr``: an optimizer name for :func:`make_optimizer` (default Adam), or pass a
       ``PyroOptim`` instance as ``optimizer=`` (per-parameter arguments through a callable work as in Pyro);
     * ``num_particles``: particles of the default ``Trace_ELBO``;
-    * ``batch_size``: minibatch size (``None``: full batch);
+    * ``batch_size``: minibatch size (``None``: full batch); ``shuffle``: a fresh row permutation every
+      epoch (default) or, ``False``, consecutive batches in row order every epoch (last partial batch
+      dropped either way);
     * ``tol``/``patience``/``window``: stop early when the relative ELBO change is below ``tol`` (see
       :class:`ConvergenceMonitor`; ``window`` defaults to 1 for pure-CAVI guides and 50 otherwise);
     * ``seed``: seeds Pyro/torch/numpy/random and the minibatch order; the same seed gives the same run;
@@ -261,6 +264,7 @@ def _new_result(model, guide, data, cfg: FitConfig, optim, loss, spec, dev: torc
             "perm": None,
             "pos": 0,
             "epoch": 0,
+            "shuffle": cfg.shuffle,
             "data": _data_shapes(x, y),
         },
         spec=spec,
