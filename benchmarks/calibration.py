@@ -42,9 +42,16 @@ MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
 DATASETS = ("yacht", "energy", "bostonHousing", "concrete")
 
 
-def fit_row(spec: str, dataset: str, split: int, options: dict | None = None, label: str = "") -> dict:
-    """One fit of ``spec`` (``model[:guide]``, builder ``options``) on ``uci:dataset`` split ``split`` and
-    its calibration row (named ``spec+label`` when a label is given)."""
+def fit_row(
+    spec: str,
+    dataset: str,
+    split: int,
+    options: dict | None = None,
+    label: str = "",
+    guide_options: dict | None = None,
+) -> dict:
+    """One fit of ``spec`` (``model[:guide]``, builder ``options``, ``guide_options``) on ``uci:dataset``
+    split ``split`` and its calibration row (named ``spec+label`` when a label is given)."""
     import torch
 
     from zoo.eval.metrics import interval_coverage, mixture_pit
@@ -52,7 +59,13 @@ def fit_row(spec: str, dataset: str, split: int, options: dict | None = None, la
 
     model, _, guide = spec.partition(":")
     cfg = RunConfig(
-        split=split, seed=split, hidden=(50,), guide=guide or None, progress=False, options=options or {}
+        split=split,
+        seed=split,
+        hidden=(50,),
+        guide=guide or None,
+        progress=False,
+        options=options or {},
+        guide_options=guide_options or {},
     )
     cfg = RunConfig.from_dict({**cfg.to_dict(), "train_metrics": True})
     t0 = time.perf_counter()
@@ -161,11 +174,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--splits", type=int, nargs="+", default=[0, 1])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--options", type=json.loads, default=None, help="builder options (JSON) of every model")
-    p.add_argument("--label", default="", help="suffix of the model names when --options is given")
+    p.add_argument("--guide-options", type=json.loads, default=None, help="guide options (JSON)")
+    p.add_argument("--label", default="", help="suffix of the model names when options are given")
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
     a = p.parse_args(argv)
-    if a.options is not None and not a.label:
-        p.error("--options needs --label (the rows must not mix with the defaults' rows)")
+    if (a.options is not None or a.guide_options is not None) and not a.label:
+        p.error("--options/--guide-options need --label (the rows must not mix with the defaults' rows)")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
     logging.basicConfig(level=logging.WARNING)
@@ -185,7 +199,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 for ds in a.datasets:
                     for k in a.splits:
                         if (spec + suffix, ds, k) not in done:
-                            row = fit_row(spec, ds, k, a.options, a.label)
+                            row = fit_row(spec, ds, k, a.options, a.label, a.guide_options)
                             append_line(fh, json.dumps(row))
                             print(json.dumps(row), flush=True)
     summary = summarize(_journal(journal))

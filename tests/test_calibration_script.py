@@ -49,7 +49,9 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
 
 def test_options_need_a_label(tmp_path, capsys, benchmark_script):
     mod = benchmark_script("calibration")
-    with pytest.raises(SystemExit):
-        mod.main(["--options", '{"noise_rate": 0.1}', "--out", str(tmp_path)])
-    assert "--options needs --label" in capsys.readouterr().err
-    assert not list(tmp_path.iterdir())  # refused before anything is written
+    refused = (("--options", '{"noise_rate": 0.1}'), ("--guide-options", '{"noise_update": "gradient"}'))
+    for flag, value in refused:
+        with pytest.raises(SystemExit):
+            mod.main([flag, value, "--out", str(tmp_path)])
+        assert "need --label" in capsys.readouterr().err
+        assert not list(tmp_path.iterdir())  # refused before anything is written

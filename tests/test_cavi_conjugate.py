@@ -159,11 +159,15 @@ def test_baseline_options_defaults_validation_and_builders():
     assert MFVIOptions().to_dict() == {
         "weight_scale": 1.0,
         "bias_scale": 1.0,
-        "fan_in_scaling": False,
-        "noise_concentration": 2.0,
-        "noise_rate": 0.5,
+        "fan_in_scaling": None,
+        "noise_concentration": 1.0,
+        "noise_rate": 0.01,
         "hierarchical_scale": False,
     }
+    # fan_in_scaling None: on unless the hierarchical prior (which has its own fan-in factor)
+    assert MFVIOptions().scaled and not MFVIOptions(hierarchical_scale=True).scaled
+    assert not MFVIOptions(fan_in_scaling=False).scaled
+    assert _mfvi_build(3, 1, "regression", (4,)).prior.config()["fan_in_scaling"] is True
     assert BLROptions().to_dict() == {"weight_scale": 1.0, "noise_concentration": 2.0, "noise_rate": 1.0}
     for field, value, err in [
         ("weight_scale", -1.0, ValueError),
@@ -182,7 +186,7 @@ def test_baseline_options_defaults_validation_and_builders():
         _mfvi_build(3, 1, "regression", (4,), {"weight_scale": 0.5}, fan_in_scaling=True),
     ):
         assert m.prior.config() == {"weight_scale": 0.5, "bias_scale": 1.0, "fan_in_scaling": True}
-        assert float(m.likelihood.rate) == 0.5
+        assert float(m.likelihood.rate) == pytest.approx(0.01)
     blr = _blr_build(3, 1, "regression", (), BLROptions(noise_rate=2.0))
     assert float(blr.likelihood.rate) == 2.0 and float(blr.prior.weight_scale) == 1.0
     with pytest.raises(ValueError, match="no_such"):

@@ -330,7 +330,8 @@ def test_nuts_protocol_variants(protocol: str, model: str) -> None:
         assert cfg.hidden == (50,) and cfg.fit_options["inference"] == "nuts"
         assert nuts_config(cfg).chains >= 2
     if protocol == "mfvi-uci":
-        assert all(r.kwargs["options"] == {"hierarchical_scale": True} for r in runs)
+        hmc = {"hierarchical_scale": True, "noise_concentration": 2.0, "noise_rate": 0.5}
+        assert all(r.kwargs["options"] == hmc for r in runs)
 
 
 def test_cli_fit_nuts_end_to_end(data_dir, tmp_path, capsys) -> None:

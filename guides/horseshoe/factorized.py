@@ -13,7 +13,9 @@ prediction / export code work unchanged):
       rate(lam_kl) = E[1/tau_kl^2] + 1/b0^2 = exp(-mu + s^2/2) + 1/b0^2   (theta: bg, rho: b_kappa)
 
   — each is the exact coordinate-ascent optimum of the ELBO with everything else fixed;
-* noise precision (``Gamma(6, 6)`` prior, §6 and App. C.1): ``q(gamma) = Gamma(a, b)`` learned by gradient;
+* noise precision (the paper's prior ``Gamma(6, 6)``, §6 and App. C.1): ``q(gamma) = Gamma(a, b)``, by default
+  set by the conjugate natural-gradient step after every gradient step (the paper learns it by gradient:
+  ``noise_update="gradient"``; :mod:`guides.horseshoe.noise`);
 * weights ``beta`` (Table 1): :class:`HorseshoeGuide` **factorized** ``N(mu_ij, s_ij^2)``; the tied
   (:mod:`guides.horseshoe.tied`), semi-structured (:mod:`guides.horseshoe.semi_structured`) and structured
   (:mod:`guides.horseshoe.structured`) families override the weight factor.
@@ -45,6 +47,7 @@ from guides.autoguides import require_prior
 from guides.horseshoe.analytic import HorseshoeAnalyticMixin
 from guides.horseshoe.closed_forms import LOG_2PIE, auxiliary_rate, lognormal_entropy
 from guides.horseshoe.lrt import ANALYTIC_SITE, HorseshoeLRTMixin
+from guides.horseshoe.noise import NOISE_UPDATES, HorseshoeNoiseMixin
 from guides.horseshoe.pruning import HorseshoePruningMixin
 from zoo.core.guide import ClosedFormGuide
 from zoo.core.likelihoods import GaussianLikelihood
@@ -69,7 +72,9 @@ def _check_model(model, guide: HorseshoeGuide) -> HorseshoePrior:
     return model.prior
 
 
-class HorseshoeGuide(HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalyticMixin, ClosedFormGuide):
+class HorseshoeGuide(
+    HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalyticMixin, HorseshoeNoiseMixin, ClosedFormGuide
+):
     """Fully factorized horseshoe guide with closed-form auxiliaries (Eq. 4, Eq. 9, Algorithm 1).
 
     :param model: a :class:`~zoo.core.model.BayesianModel` with a
@@ -82,18 +87,25 @@ class HorseshoeGuide(HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalytic
         latter switches every unit off at the start and, at lr 0.005, 5000 steps do not recover (yacht
         split 0, LRT ELBO: all 50 units pruned, test RMSE 15.4 vs 1.3 with ``v = 1``); heavy-tailed
         ``tau`` draws also give huge initial outputs for wide layers (cubic toy, 1000 units).
+    :param noise_update: ``"natural"`` (default) sets ``q(gamma)`` by the conjugate natural-gradient step
+        after every gradient step; ``"gradient"`` learns it by gradient as the paper does
+        (:mod:`guides.horseshoe.noise`).
     """
 
     family = "factorized"
 
-    def __init__(self, model, init_sd: float = 4.5e-5, init_scales: str = "unit") -> None:
+    def __init__(
+        self, model, init_sd: float = 4.5e-5, init_scales: str = "unit", noise_update: str = "natural"
+    ) -> None:
         super().__init__()
         prior = _check_model(model, self)
         if init_sd <= 0:
             raise ValueError(f"init_sd must be positive, got {init_sd}")
         if init_scales not in ("prior", "unit"):
             raise ValueError(f"init_scales must be 'prior' or 'unit', got {init_scales!r}")
-        self.init_scales = init_scales
+        if noise_update not in NOISE_UPDATES:
+            raise ValueError(f"noise_update must be one of {NOISE_UPDATES}, got {noise_update!r}")
+        self.init_scales, self.noise_update = init_scales, noise_update
         if prior.centered and self.family != "factorized":
             raise ValueError(
                 f"centered: the {self.family} guide needs the non-centered prior (centered=False)"
@@ -153,14 +165,6 @@ class HorseshoeGuide(HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalytic
         self.register_buffer(f"l{i}_theta_rate", t(1.0))
         self.register_buffer(f"l{i}_lam_rate", t(1.0).expand(layer.units).clone())
 
-    def _init_noise(self) -> None:
-        if self.noise == "gamma":
-            a0, b0 = self._noise_prior
-            self.noise_conc_raw = PyroParam(inv_softplus(self._t(a0)), constraints.real)
-            self.noise_rate_raw = PyroParam(inv_softplus(self._t(b0)), constraints.real)
-        elif self.noise == "inverse_gamma":
-            self._lognormal_params("noise", self._t(math.log(0.1)))
-
     def _he_rows(self, layer: HSLayer) -> Tensor:
         """He-normal weights, zero biases, as ``(K, F)`` unit rows (Algorithm 1 initialization)."""
         parts = {}
@@ -217,16 +221,6 @@ class HorseshoeGuide(HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalytic
         return a @ loc.T, (a * a) @ var.T
 
     # ---------------------------------------------------------------- sampling (weight space)
-    def _noise_params(self) -> tuple[Tensor, Tensor]:
-        return F.softplus(self.noise_conc_raw), F.softplus(self.noise_rate_raw)
-
-    def _sample_noise(self) -> None:
-        if self.noise == "gamma":
-            pyro.sample("precision", dist.Gamma(*self._noise_params()))
-        elif self.noise == "inverse_gamma":
-            mu, var = self._lognormal("noise")
-            pyro.sample("sigma2", dist.LogNormal(mu, var.sqrt()))
-
     def _sample_auxiliary(self, name: str, rate: Tensor) -> None:
         """``q = IG(1, rate)`` of an auxiliary (a masked point value in LRT mode: its terms are analytic)."""
         if self.lrt_mode:
@@ -288,5 +282,7 @@ class HorseshoeGuide(HorseshoePruningMixin, HorseshoeLRTMixin, HorseshoeAnalytic
                 getattr(self, f"l{i}_theta_rate").copy_(auxiliary_rate(mu, var, self.bg))
 
     def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
-        """Called by :func:`zoo.infer.loop.fit` after each gradient step: the fixed-point updates."""
+        """Called by :func:`zoo.infer.loop.fit` after each gradient step: the fixed-point updates of the
+        auxiliaries and the natural-gradient step on the noise (:mod:`guides.horseshoe.noise`)."""
         self.update_auxiliaries()
+        self.update_noise(model, x, y, subsample)

@@ -167,6 +167,7 @@ class StructuredHorseshoeGuide(HorseshoeGuide):
             project_unit_ball_(getattr(self, f"l{i}_h_unconstrained"))
 
     def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
-        """Algorithm 1 after each Adam step: unit-ball projection, then the fixed-point updates."""
+        """Algorithm 1 after each Adam step: unit-ball projection, then the fixed-point updates (and the
+        natural-gradient noise step of :mod:`guides.horseshoe.noise`)."""
         self.project()
-        self.update_auxiliaries()
+        super().closed_form_update(model, x, y, subsample)

@@ -32,6 +32,7 @@ import numpy as np
 
 from zoo.core.config import Config
 from zoo.core.validation import check_count, check_positive_int, check_probability
+from zoo.families.baselines.options import MFVI_UNSCALED
 
 __all__ = [
     "DataSpec",
@@ -242,6 +243,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             DataSpec("toy-hs-221", n_train=200),
             "2-2-1 network; 200 of 900 rows",
             hidden=(2,),
+            options=MFVI_UNSCALED,
         ),
         *(
             _nuts(
@@ -267,6 +269,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             _SHRUNK.format("50 of 400 test rows"),
             hidden=_WIDTH,
             sampler=_SHORT,
+            options=MFVI_UNSCALED,
         ),
         _nuts(
             "hs-cubic", "hs-bnn", _CUBIC, _SHRUNK.format("50 of 400 test rows"), hidden=_WIDTH, sampler=_HS
@@ -294,10 +297,18 @@ INSTANCES: dict[str, ReferenceInstance] = {
             _SHRUNK.format("100 of 270 training rows"),
             hidden=_WIDTH,
             sampler=_SHORT,
+            options=MFVI_UNSCALED,
         ),
         _nuts("cm-yacht", "cm-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
         _nuts("cmv-yacht", "cmv-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
-        _nuts("gauss-yacht", "mfvi-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
+        _nuts(
+            "gauss-yacht",
+            "mfvi-bnn",
+            _YACHT,
+            _SHRUNK.format("100 of 277 training rows"),
+            hidden=_WIDTH,
+            options=MFVI_UNSCALED,
+        ),
         _nuts(
             "hs-yacht",
             "hs-bnn",

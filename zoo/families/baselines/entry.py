@@ -18,7 +18,7 @@ from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.hierarchical import HierarchicalGaussianPrior
-from zoo.families.baselines.options import BLROptions, MFVIOptions
+from zoo.families.baselines.options import MFVI_UNSCALED, BLROptions, MFVIOptions
 
 __all__ = ["BLROptions", "MFVIOptions", "UCI8", "UCI_FOLDER"]
 
@@ -38,7 +38,7 @@ def _mfvi_build(
     prior = (
         HierarchicalGaussianPrior(opts.weight_scale, opts.bias_scale)
         if opts.hierarchical_scale
-        else GaussianPrior(opts.weight_scale, opts.bias_scale, opts.fan_in_scaling)
+        else GaussianPrior(opts.weight_scale, opts.bias_scale, opts.scaled)
     )
     # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
     lik = make_likelihood(
@@ -147,10 +147,11 @@ UCI_FOLDER = {
 def _mfvi_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     from zoo.experiments.nuts_runs import nuts_run_specs  # NUTS on paper 000's HMC model (App. D.2)
 
-    nuts = nuts_run_specs("mfvi-bnn", splits, {"options": {"hierarchical_scale": True}})
+    hmc = {"hierarchical_scale": True, "noise_concentration": 2.0, "noise_rate": 0.5}
+    nuts = nuts_run_specs("mfvi-bnn", splits, {"options": hmc})
     splits = list(range(10)) if splits is None else list(splits)
     return [
-        RunSpec("mfvi-bnn", "mfvi-bnn", f"uci:{UCI_FOLDER[d]}", k, {"hidden": [50]})
+        RunSpec("mfvi-bnn", "mfvi-bnn", f"uci:{UCI_FOLDER[d]}", k, {"hidden": [50], "options": MFVI_UNSCALED})
         for d in UCI8
         for k in splits
     ] + nuts

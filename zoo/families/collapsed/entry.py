@@ -30,6 +30,7 @@ from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.entry import UCI8, UCI_FOLDER
+from zoo.families.baselines.options import MFVI_UNSCALED
 from zoo.families.collapsed.options import CollapsedOptions
 from zoo.families.collapsed.prior import CollapsedPrior
 
@@ -132,10 +133,15 @@ for _kind in ("cm", "cv", "cmv"):
 VARIANTS = ("mfvi-bnn", "cm-bnn", "cv-bnn", "cmv-bnn")
 
 
+def _pinned(variant: str) -> dict:
+    """The ``mfvi-bnn`` row's options: the N(0, 1)-prior baseline of Tomczak et al. 2021 (MFVI_UNSCALED)."""
+    return {"options": MFVI_UNSCALED} if variant == "mfvi-bnn" else {}
+
+
 def _collapsed_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     splits = list(range(10)) if splits is None else list(splits)
     return [
-        RunSpec(v, v, f"uci:{UCI_FOLDER[d]}", k, {"hidden": [50], "train_metrics": True})
+        RunSpec(v, v, f"uci:{UCI_FOLDER[d]}", k, {"hidden": [50], "train_metrics": True, **_pinned(v)})
         for v in VARIANTS
         for d in UCI8
         for k in splits
@@ -185,7 +191,7 @@ def _collapsed_mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
             v,
             "mnist10k",
             k,
-            {**MNIST_RUN, **({} if v == "mfvi-bnn" else {"options": {"gamma_scale": 20.0}})},
+            {**MNIST_RUN, **(_pinned(v) if v == "mfvi-bnn" else {"options": {"gamma_scale": 20.0}})},
         )
         for v in VARIANTS
         for k in splits

@@ -3,7 +3,9 @@ config (Ghosh, Yao & Doshi-Velez 2019, "Model selection in Bayesian neural netwo
 arXiv:1705.10388).
 
 Defaults: ``b0 = 1`` (unstated in the paper; the authors' code), ``bg = 1e-5`` (§6.5), ``b_kappa = 5``,
-slab ``c^2 ~ IG(c_a = 2, c_b = 6)`` (§6.4, Eq. 2), noise precision ``Gamma(6, 6)`` (§6, App. C.1), ReLU
+slab ``c^2 ~ IG(c_a = 2, c_b = 6)`` (§6.4, Eq. 2), noise precision ``Gamma(1, 0.01)``
+(:data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`; the paper's ``Gamma(6, 6)``, §6 and App. C.1, acts like 12
+pseudo-observations of variance 1 on standardized targets and is pinned by the ``hs-*`` protocols), ReLU
 units, the non-centered parameterization of Eq. 3 (``centered=True`` is kept for the comparison of
 §6.2.2, Fig. 7).
 """
@@ -14,6 +16,7 @@ import dataclasses
 
 from zoo.core.architectures import ACTIVATIONS
 from zoo.core.config import Config
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR
 from zoo.core.validation import check_positive
 
 __all__ = ["HorseshoeOptions"]
@@ -39,8 +42,8 @@ class HorseshoeOptions(Config):
     b_kappa: float = 5.0
     c_a: float = 2.0
     c_b: float = 6.0
-    noise_concentration: float = 6.0
-    noise_rate: float = 6.0
+    noise_concentration: float = WEAK_NOISE_PRIOR[0]
+    noise_rate: float = WEAK_NOISE_PRIOR[1]
     activation: str = "relu"
 
     def validate(self) -> None:

@@ -1,0 +1,103 @@
+"""The noise factor of the horseshoe guides: ``q(gamma) = Gamma(a, b)`` for a Gaussian likelihood with
+precision ``gamma ~ Gamma(a0, b0)`` (Ghosh, Yao & Doshi-Velez 2019, "Model selection in Bayesian neural
+networks via horseshoe priors", arXiv:1705.10388, §6 and App. C.1: ``Gamma(6, 6)``).
+
+The paper learns ``(a, b)`` by gradient, like every other factor.  Because ``gamma`` is conditionally
+conjugate, the ELBO's optimum over ``q(gamma)`` with ``q(W)`` fixed is available in closed form (the
+standard coordinate-ascent update, e.g. Bishop 2006, §10.1.3; Blei, Kucukelbir & McAuliffe 2017, Eq. 18)::
+
+    a* = a0 + N O / 2,        b* = b0 + E_q(W)[ sum_n ||y_n - f(W, x_n)||^2 ] / 2,
+
+with ``N`` training rows and ``O`` outputs sharing one precision.  ``noise_update="natural"`` (the default)
+applies it as the stochastic natural-gradient step of Hoffman, Blei, Wang & Paisley (2013, "Stochastic
+variational inference", JMLR 14, Eq. 25) after every gradient step: the natural parameters ``(a - 1, -b)``
+move a fraction ``rho_t = t^-kappa`` (``kappa`` = :data:`NOISE_STEP_POWER`, Robbins-Monro for
+``0.5 < kappa <= 1``) towards the closed form, whose expected squared error is estimated without bias from
+one weight-space draw on the minibatch, scaled by ``N / B``.  The first step (``rho_1 = 1``) sets
+``a = a0 + N O / 2`` exactly; ``b`` then averages the estimates with a memory that shortens as ``t`` grows.
+
+Why not the gradient: through the softplus-parameterized ``(a, b)`` Adam moves ``a`` by roughly the learning
+rate per step, so at the paper's 5000 steps and lr 0.005 ``a`` ends an order of magnitude short of
+``a0 + N/2`` on the UCI sets (yacht: 12 against 144), and the predictive intervals come out too wide.
+``noise_update="gradient"`` keeps the paper's procedure.
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pyro.poutine as poutine
+import torch.nn.functional as F
+from pyro.distributions import constraints
+from pyro.nn import PyroParam
+from torch import Tensor
+
+from zoo.ops.transforms import inv_softplus
+
+__all__ = ["NOISE_UPDATES", "NOISE_STEP_POWER", "HorseshoeNoiseMixin", "expected_squared_error"]
+
+#: how ``q(gamma)`` is learned: the conjugate natural-gradient step, or the paper's gradient
+NOISE_UPDATES = ("natural", "gradient")
+#: ``kappa`` of the step size ``rho_t = t^-kappa`` of the natural-gradient noise update
+NOISE_STEP_POWER = 0.6
+
+
+def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None) -> Tensor:
+    """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` over all ``N`` rows: the
+    minibatch's sum of squares under one weight-space draw of ``guide``, times ``N / B``."""
+    guide_trace = poutine.trace(guide).get_trace(x, y, subsample)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y, subsample)
+    f = model_trace.nodes["f"]["value"]
+    yb = y if subsample is None else y.index_select(0, subsample)
+    sse = (yb.reshape(f.shape).to(f.dtype) - f).pow(2).sum()
+    return sse * (x.shape[0] / f.shape[0])
+
+
+class HorseshoeNoiseMixin:
+    """``q(gamma)`` (``noise == "gamma"``) or the log-normal ``q(sigma^2)`` (``"inverse_gamma"``) of the host
+    guide, which provides ``noise``, ``_noise_prior``, ``noise_update``, ``_t``, ``_lognormal_params`` and
+    ``_lognormal``."""
+
+    def _init_noise(self) -> None:
+        if self.noise == "gamma":
+            a0, b0 = self._noise_prior
+            if self.noise_update == "natural":
+                self.register_buffer("noise_conc", self._t(a0))
+                self.register_buffer("noise_rate", self._t(b0))
+                self.register_buffer("noise_steps", self._t(0.0))
+            else:
+                self.noise_conc_raw = PyroParam(inv_softplus(self._t(a0)), constraints.real)
+                self.noise_rate_raw = PyroParam(inv_softplus(self._t(b0)), constraints.real)
+        elif self.noise == "inverse_gamma":
+            self._lognormal_params("noise", self._t(-2.302585092994046))  # ln 0.1
+
+    def _noise_params(self) -> tuple[Tensor, Tensor]:
+        """``(a, b)`` of ``q(gamma) = Gamma(a, b)``."""
+        if self.noise_update == "natural":
+            return self.noise_conc, self.noise_rate
+        return F.softplus(self.noise_conc_raw), F.softplus(self.noise_rate_raw)
+
+    def _sample_noise(self) -> None:
+        if self.noise == "gamma":
+            pyro.sample("precision", dist.Gamma(*self._noise_params()))
+        elif self.noise == "inverse_gamma":
+            mu, var = self._lognormal("noise")
+            pyro.sample("sigma2", dist.LogNormal(mu, var.sqrt()))
+
+    def noise_step(self) -> float:
+        """``rho_t`` of the next natural-gradient noise update (1 for the first)."""
+        return float((self.noise_steps + 1.0) ** -NOISE_STEP_POWER)
+
+    def update_noise(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+        """The natural-gradient step on ``q(gamma)`` (module docstring); a no-op unless the noise is a
+        ``"gamma"`` precision with ``noise_update == "natural"`` and ``y`` is given."""
+        if self.noise != "gamma" or self.noise_update != "natural" or y is None:
+            return
+        a0, b0 = self._noise_prior
+        outputs = 1 if y.dim() == 1 else y.shape[-1]
+        rho = self.noise_step()
+        a_hat = a0 + 0.5 * x.shape[0] * outputs
+        b_hat = b0 + 0.5 * expected_squared_error(self, model, x, y, subsample)
+        self.noise_conc.mul_(1.0 - rho).add_(rho * a_hat)
+        self.noise_rate.mul_(1.0 - rho).add_(rho * b_hat.to(self.noise_rate.dtype))
+        self.noise_steps.add_(1.0)

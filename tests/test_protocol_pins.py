@@ -1,0 +1,61 @@
+"""The protocols that reproduce published rows keep the published settings when the registry defaults move
+(``MFVI_UNSCALED`` for the mfVI baseline, ``PAPER_NOISE`` for the horseshoe's noise model): every such run
+builds the old model, and the defaults build the new one."""
+
+from __future__ import annotations
+
+import pytest
+
+from zoo.experiments.registry import build
+from zoo.experiments.reproduce import PROTOCOLS, available_protocols, run_config
+from zoo.families.baselines.options import MFVI_UNSCALED
+from zoo.families.horseshoe.entry import PAPER_NOISE
+from zoo.reference.instances import INSTANCES
+
+available_protocols()
+
+
+def _runs(protocol: str, model: str) -> list:
+    return [r for r in PROTOCOLS[protocol].runs(None) if r.model == model and r.variant != "nuts"]
+
+
+@pytest.mark.parametrize(
+    "protocol",
+    ["mfvi-uci", "collapsed-uci", "collapsed-mnist10k", "hs-toys", "lbbnn-mnist10k", "lbbnn-flow-mnist10k"],
+)
+def test_mfvi_rows_of_reproduction_protocols_use_the_published_baseline(protocol):
+    runs = _runs(protocol, "mfvi-bnn")
+    assert runs, f"{protocol} has no mfvi-bnn rows"
+    for r in runs:
+        _, _, cfg = run_config(r)
+        assert dict(cfg.options) == MFVI_UNSCALED, (protocol, r.variant)
+
+
+@pytest.mark.parametrize("protocol", ["hs-uci", "hs-toys"])
+def test_horseshoe_regression_rows_use_the_papers_noise_model(protocol):
+    runs = [r for r in _runs(protocol, "hs-bnn") + _runs(protocol, "reg-hs-bnn") if "221" not in r.variant]
+    assert runs
+    for r in runs:
+        _, _, cfg = run_config(r)
+        assert dict(cfg.options) == PAPER_NOISE["options"] and dict(cfg.guide_options) == {
+            "noise_update": "gradient"
+        }
+
+
+def test_pinned_and_default_models_differ_where_they_should():
+    old = build("mfvi-bnn", 3, 1, "regression", hidden=[4], **MFVI_UNSCALED)[0]
+    new = build("mfvi-bnn", 3, 1, "regression", hidden=[4])[0]
+    assert old.prior.config()["fan_in_scaling"] is False and new.prior.config()["fan_in_scaling"] is True
+    assert (float(old.likelihood.concentration), float(old.likelihood.rate)) == (2.0, 0.5)
+    assert (float(new.likelihood.concentration), float(new.likelihood.rate)) == pytest.approx((1.0, 0.01))
+    hs_old = build("hs-bnn", 3, 1, "regression", hidden=[4], **PAPER_NOISE["options"])
+    hs_new = build("hs-bnn", 3, 1, "regression", hidden=[4])
+    assert float(hs_old[0].likelihood.rate) == 6.0
+    assert float(hs_new[0].likelihood.rate) == pytest.approx(0.01)
+    assert hs_old[1].noise_update == hs_new[1].noise_update == "natural"  # the protocols pin "gradient"
+
+
+def test_gaussian_reference_instances_keep_the_published_prior():
+    gauss = [i for i in INSTANCES.values() if i.model == "mfvi-bnn"]
+    assert {i.name for i in gauss} >= {"gauss-221", "gauss-cubic", "gauss-bowtie", "gauss-yacht"}
+    assert all(dict(i.options) == MFVI_UNSCALED for i in gauss)
