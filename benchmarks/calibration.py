@@ -151,18 +151,27 @@ def reliability_figure(summary: list[dict], path: Path) -> None:
 
     from zoo.io import atomic_save_figure
 
-    models = list(dict.fromkeys(e["model"] for e in summary))
-    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
-    for ax, model in zip(axes[0], models):
+    models = sorted(dict.fromkeys(e["model"] for e in summary))
+    ncols = min(4, len(models))
+    nrows = -(-len(models) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.4 * nrows), squeeze=False)
+    for ax in axes.flat[len(models) :]:
+        ax.set_visible(False)
+    datasets = list(dict.fromkeys(e["dataset"] for e in summary))  # one color per dataset in every panel
+    colors = {d: plt.get_cmap("tab10")(i % 10) for i, d in enumerate(datasets)}
+    for ax, model in zip(axes.flat, models):
         ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")
         for e in (e for e in summary if e["model"] == model):
-            ax.plot(LEVELS, [e["coverage"][str(lv)] for lv in LEVELS], marker="o", ms=3, label=e["dataset"])
+            cov = [e["coverage"][str(lv)] for lv in LEVELS]
+            ax.plot(LEVELS, cov, marker="o", ms=3, label=e["dataset"], color=colors[e["dataset"]])
         ax.set_xlim(0.45, 1.0)
         ax.set_ylim(0.45, 1.01)
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("nominal level")
-    axes[0][0].set_ylabel("empirical coverage")
-    axes[0][0].legend(fontsize=7)
+    for row in axes:
+        row[0].set_ylabel("empirical coverage")
+    widest = max(range(len(models)), key=lambda i: sum(e["model"] == models[i] for e in summary))
+    axes.flat[widest].legend(fontsize=7)
     fig.tight_layout()
     atomic_save_figure(fig, path)
 
