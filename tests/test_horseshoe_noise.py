@@ -13,7 +13,7 @@ import torch
 from pyro.infer import Predictive
 
 from guides.horseshoe.factorized import HorseshoeGuide
-from guides.horseshoe.noise import NOISE_STEP_POWER, expected_squared_error
+from guides.horseshoe.noise import NOISE_FINAL_DRAWS, NOISE_STEP_POWER, expected_squared_error
 from guides.horseshoe.structured import StructuredHorseshoeGuide
 from zoo.core.architectures import MLP
 from zoo.core.likelihoods import GaussianLikelihood
@@ -118,6 +118,23 @@ def test_fit_learns_the_noise_level_with_the_natural_step(family):
     assert float(grad._noise_params()[0].detach()) < 0.5 * (A0 + 200)
     names = {n for n, _ in grad.named_parameters()}
     assert {"noise_conc_raw_unconstrained", "noise_rate_raw_unconstrained"} <= names
+
+
+def test_after_the_last_step_the_noise_is_the_exact_update_at_the_final_weights():
+    """closed_form_finalize: q(gamma)'s rate for prediction is b0 + E[SSE]/2 at the weights the fit returns
+    (32 draws; tolerance 4 standard errors of that mean plus the 4000-draw reference's), the running
+    average is kept as the training state, and training again starts from it."""
+    pyro.set_rng_seed(3)
+    model, x, y = _problem(n=200)
+    guide = HorseshoeGuide(model)
+    fit(model, guide, x, y, steps=300, lr=0.02, seed=0, batch_size=50, progress=False)
+    running = float(guide.noise_rate)
+    assert float(guide.noise_final) == 1.0
+    mean, sd = _mc_expected_sse(model, guide, x, y)
+    tol = 4.0 * 0.5 * (sd / math.sqrt(NOISE_FINAL_DRAWS) + sd / math.sqrt(4000))
+    assert abs(float(guide._noise_params()[1]) - (B0 + 0.5 * mean)) < tol
+    guide.closed_form_begin()
+    assert float(guide._noise_params()[1]) == running
 
 
 def test_noise_update_is_validated():

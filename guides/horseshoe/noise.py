@@ -20,6 +20,13 @@ Why not the gradient: through the softplus-parameterized ``(a, b)`` Adam moves `
 rate per step, so at the paper's 5000 steps and lr 0.005 ``a`` ends an order of magnitude short of
 ``a0 + N/2`` on the UCI sets (yacht: 12 against 144), and the predictive intervals come out too wide.
 ``noise_update="gradient"`` keeps the paper's procedure.
+
+After the last step, :meth:`HorseshoeNoiseMixin.closed_form_finalize` computes ``b`` once more from
+:data:`NOISE_FINAL_DRAWS` draws on all rows and predictions use it, so that ``q(gamma)`` is the coordinate
+optimum for the weights the fit returns (the running average stays the training state, and the draws come from
+a forked random stream, so a resumed fit trains exactly as an uninterrupted one): the running average
+describes the last few hundred steps, and the last Adam iterate's fit can differ from them (naval, split 0:
+training E[SSE]/N .0107 to .0183 between checkpoints 500 steps apart).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import pyro
 import pyro.distributions as dist
 import pyro.poutine as poutine
+import torch
 import torch.nn.functional as F
 from pyro.distributions import constraints
 from pyro.nn import PyroParam
@@ -34,12 +42,20 @@ from torch import Tensor
 
 from zoo.ops.transforms import inv_softplus
 
-__all__ = ["NOISE_UPDATES", "NOISE_STEP_POWER", "HorseshoeNoiseMixin", "expected_squared_error"]
+__all__ = [
+    "NOISE_UPDATES",
+    "NOISE_STEP_POWER",
+    "NOISE_FINAL_DRAWS",
+    "HorseshoeNoiseMixin",
+    "expected_squared_error",
+]
 
 #: how ``q(gamma)`` is learned: the conjugate natural-gradient step, or the paper's gradient
 NOISE_UPDATES = ("natural", "gradient")
 #: ``kappa`` of the step size ``rho_t = t^-kappa`` of the natural-gradient noise update
 NOISE_STEP_POWER = 0.6
+#: weight-space draws of the exact update of ``q(gamma)`` on the final iterate (after the last step)
+NOISE_FINAL_DRAWS = 32
 
 
 def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None) -> Tensor:
@@ -65,6 +81,8 @@ class HorseshoeNoiseMixin:
                 self.register_buffer("noise_conc", self._t(a0))
                 self.register_buffer("noise_rate", self._t(b0))
                 self.register_buffer("noise_steps", self._t(0.0))
+                self.register_buffer("noise_rate_final", self._t(b0))
+                self.register_buffer("noise_final", self._t(0.0))  # 1: predict with the final update
             else:
                 self.noise_conc_raw = PyroParam(inv_softplus(self._t(a0)), constraints.real)
                 self.noise_rate_raw = PyroParam(inv_softplus(self._t(b0)), constraints.real)
@@ -74,7 +92,8 @@ class HorseshoeNoiseMixin:
     def _noise_params(self) -> tuple[Tensor, Tensor]:
         """``(a, b)`` of ``q(gamma) = Gamma(a, b)``."""
         if self.noise_update == "natural":
-            return self.noise_conc, self.noise_rate
+            final = bool(self.noise_final > 0)
+            return self.noise_conc, self.noise_rate_final if final else self.noise_rate
         return F.softplus(self.noise_conc_raw), F.softplus(self.noise_rate_raw)
 
     def _sample_noise(self) -> None:
@@ -87,6 +106,23 @@ class HorseshoeNoiseMixin:
     def noise_step(self) -> float:
         """``rho_t`` of the next natural-gradient noise update (1 for the first)."""
         return float((self.noise_steps + 1.0) ** -NOISE_STEP_POWER)
+
+    def closed_form_finalize(self, model, x: Tensor, y: Tensor | None) -> None:
+        """The exact coordinate update of ``q(gamma)`` at the final weights (module docstring); a no-op
+        unless the natural-gradient update is in use and ``y`` is given."""
+        if self.noise != "gamma" or self.noise_update != "natural" or y is None:
+            return
+        _, b0 = self._noise_prior
+        devices = [x.device.index or 0] if x.is_cuda else []
+        with torch.random.fork_rng(devices=devices):  # the training stream stays as it was
+            sse = sum(expected_squared_error(self, model, x, y, None) for _ in range(NOISE_FINAL_DRAWS))
+        self.noise_rate_final.fill_(float(b0 + 0.5 * sse / NOISE_FINAL_DRAWS))
+        self.noise_final.fill_(1.0)
+
+    def closed_form_begin(self) -> None:
+        """Training (re)starts from the running average, not from the final update."""
+        if self.noise == "gamma" and self.noise_update == "natural":
+            self.noise_final.fill_(0.0)
 
     def update_noise(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
         """The natural-gradient step on ``q(gamma)`` (module docstring); a no-op unless the noise is a
@@ -101,3 +137,4 @@ class HorseshoeNoiseMixin:
         self.noise_conc.mul_(1.0 - rho).add_(rho * a_hat)
         self.noise_rate.mul_(1.0 - rho).add_(rho * b_hat.to(self.noise_rate.dtype))
         self.noise_steps.add_(1.0)
+        self.noise_final.fill_(0.0)  # training goes on from the running average (closed_form_begin)

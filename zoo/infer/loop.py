@@ -412,6 +412,8 @@ def run_steps(
     t0 = time.perf_counter()
     with result.activate():
         svi = SVI(result.model, result.guide, result.optim, result.loss)
+        if isinstance(result.guide, ClosedFormGuide):
+            result.guide.closed_form_begin()
         bar = tqdm(total=steps, disable=not progress, desc="fit", leave=False)
         try:
             for _ in range(steps):
@@ -422,6 +424,9 @@ def run_steps(
                     bar.set_postfix(elbo=f"{elbo:.4g}")
                 if _record(result, elbo, callbacks):
                     break
+            if isinstance(result.guide, ClosedFormGuide):
+                with torch.no_grad():
+                    result.guide.closed_form_finalize(result.model, x, y)
         finally:
             bar.close()
             result.wall_time += time.perf_counter() - t0
