@@ -92,8 +92,8 @@ class HorseshoeNoiseMixin:
     def _noise_params(self) -> tuple[Tensor, Tensor]:
         """``(a, b)`` of ``q(gamma) = Gamma(a, b)``."""
         if self.noise_update == "natural":
-            final = bool(self.noise_final > 0)
-            return self.noise_conc, self.noise_rate_final if final else self.noise_rate
+            # a tensor select, not a Python branch: no device sync in every guide call of the training loop
+            return self.noise_conc, torch.where(self.noise_final > 0, self.noise_rate_final, self.noise_rate)
         return F.softplus(self.noise_conc_raw), F.softplus(self.noise_rate_raw)
 
     def _sample_noise(self) -> None:
