@@ -112,5 +112,33 @@ def test_runs_pass_accelerate_to_the_loop_and_refuse_other_fit_options() -> None
     cfg = RunConfig(steps=6, progress=False, fit_options={"accelerate": "squarem"})
     run = fit_on_dataset("blr-cavi", ds, cfg)
     assert run.result.config["accelerate"] == "squarem" and run.result.loop_state["sweeps"] > 6
+    # every protocol row says whether the stopping rule fired and how many sweeps the SQUAREM cycles cost
+    assert run.metrics["sweeps"] == run.result.loop_state["sweeps"]
+    squarem = {"accelerate": "squarem"}
+    short = fit_on_dataset("blr-cavi", ds, RunConfig(steps=1, progress=False, fit_options=squarem))
+    assert short.metrics["converged"] is False  # the rule needs three small changes in a row
+    done = fit_on_dataset("blr-cavi", ds, RunConfig(steps=500, progress=False, fit_options=squarem))
+    assert done.metrics["converged"] is True and done.metrics["steps"] < 500
+    plain = fit_on_dataset("blr-cavi", ds, RunConfig(steps=3, progress=False))
+    assert plain.metrics.get("sweeps", 3) == 3 and plain.metrics["converged"] is False
     with pytest.raises(ValueError, match="fit_options: model 'blr-cavi' is fitted by zoo.infer.loop.fit"):
         fit_on_dataset("blr-cavi", ds, RunConfig(steps=2, progress=False, fit_options={"stage_lrs": "short"}))
+
+
+def test_protocol_tables_count_converged_closed_form_fits() -> None:
+    from zoo.experiments.protocol import Protocol
+    from zoo.experiments.reproduce import _markdown, _summarize
+
+    def row(split, converged, sweeps=None):
+        r = {"variant": "V", "dataset": "d", "split": split, "rmse": 1.0 + split, "fit_seconds": 2.0}
+        r["converged"] = converged
+        return r if sweeps is None else {**r, "sweeps": sweeps}
+
+    p = Protocol(name="p", description="x", runs=lambda s: [], metrics=("rmse",))
+    header = {"command": "c", "machine": "m", "wall_seconds": 1.0, "torch": "t"}
+    closed = _summarize([row(0, True, 30), row(1, False, 60), row(2, True, 90)], ("rmse",))
+    assert closed["V"]["d"]["converged"] == 2 and closed["V"]["d"]["sweeps"]["mean"] == 60
+    text = _markdown(p, closed, header)
+    assert "| converged | sweeps |" in text and "| 2/3 | 60 |" in text
+    gradient = _summarize([row(0, False), row(1, False)], ("rmse",))  # SVI rows: no sweeps, no column
+    assert "converged" not in gradient["V"]["d"] and "converged" not in _markdown(p, gradient, header)

@@ -480,8 +480,8 @@ def test_collapsed_options_defaults_validation_and_builder():
         "delta": 0.1,
         "fan_in_scaling": True,
         "learn_hyper": False,
-        "noise_concentration": 2.0,
-        "noise_rate": 0.5,
+        "noise_concentration": 1.0,  # zoo.core.likelihoods.WEAK_NOISE_PRIOR
+        "noise_rate": 0.01,
     }
     for field, value, err in [
         ("gamma_scale", 0.0, ValueError),

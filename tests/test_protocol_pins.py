@@ -9,6 +9,7 @@ import pytest
 from zoo.experiments.registry import build
 from zoo.experiments.reproduce import PROTOCOLS, available_protocols, run_config
 from zoo.families.baselines.options import MFVI_UNSCALED
+from zoo.families.collapsed.options import COLLAPSED_IG2_NOISE
 from zoo.families.horseshoe.entry import PAPER_NOISE
 from zoo.reference.instances import INSTANCES
 
@@ -53,6 +54,18 @@ def test_pinned_and_default_models_differ_where_they_should():
     assert float(hs_old[0].likelihood.rate) == 6.0
     assert float(hs_new[0].likelihood.rate) == pytest.approx(0.01)
     assert hs_old[1].noise_update == hs_new[1].noise_update == "natural"  # the protocols pin "gradient"
+
+
+def test_collapsed_uci_keeps_the_noise_prior_its_rows_were_run_with():
+    runs = [r for r in PROTOCOLS["collapsed-uci"].runs(None) if r.model != "mfvi-bnn"]
+    assert {r.model for r in runs} == {"cm-bnn", "cv-bnn", "cmv-bnn"}
+    for r in runs:
+        _, _, cfg = run_config(r)
+        assert dict(cfg.options) == COLLAPSED_IG2_NOISE, r.variant
+    old = build("cm-bnn", 3, 1, "regression", hidden=[4], **COLLAPSED_IG2_NOISE)[0].likelihood
+    new = build("cm-bnn", 3, 1, "regression", hidden=[4])[0].likelihood
+    assert (float(old.concentration), float(old.rate)) == (2.0, 0.5)
+    assert (float(new.concentration), float(new.rate)) == pytest.approx((1.0, 0.01))
 
 
 def test_gaussian_reference_instances_keep_the_published_prior():

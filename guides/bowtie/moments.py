@@ -42,11 +42,14 @@ def weight_squares(m: Tensor, cov: Tensor) -> Tensor:
 
 def augment(mu: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
     """``E[a~]`` and ``E[a~ a~^T]`` with ``a~ = (1, a)``."""
-    one = torch.ones_like(mu[..., :1])
-    amean = torch.cat([one, mu], -1)
-    top = torch.cat([one, mu], -1).unsqueeze(-2)
-    bottom = torch.cat([mu.unsqueeze(-1), second], -1)
-    return amean, torch.cat([top, bottom], -2)
+    amean = mu.new_empty(*mu.shape[:-1], mu.shape[-1] + 1)
+    amean[..., 0] = 1.0
+    amean[..., 1:] = mu
+    aa = mu.new_empty(*mu.shape[:-1], mu.shape[-1] + 1, mu.shape[-1] + 1)
+    aa[..., 0, :] = amean
+    aa[..., 1:, 0] = mu
+    aa[..., 1:, 1:] = second
+    return amean, aa
 
 
 @dataclass
@@ -63,14 +66,21 @@ class Moments:
 
 def forward_moments(x: Tensor, loc: Locals) -> Moments:
     """``mu_l = t_l + M_l mu_{l-1}``, ``P_l = S_l + G_l E[a~a~^T]_{l-1} G_l^T`` with ``G = [t, M]`` (App. A;
-    the symmetrized form of the paper's ``2 M E[a] t^T`` term)."""
+    the symmetrized form of the paper's ``2 M E[a] t^T`` term).  The first layer's input ``x`` is data, so
+    its ``E[a~ a~^T] = x~ x~^T`` has rank one and ``G x~ x~^T = mu x~^T``, ``G x~ x~^T G^T = mu mu^T``:
+    computed as outer products rather than batched matrix products (the same numbers, a fraction of the
+    cost)."""
     amean, aa = augment(x, x.unsqueeze(-1) * x.unsqueeze(-2))
     out = Moments([amean], [aa], [], [])
-    for t, m, s in zip(loc.t, loc.M, loc.S):
+    for k, (t, m, s) in enumerate(zip(loc.t, loc.M, loc.S)):
         g = torch.cat([t.unsqueeze(-1), m], -1)
-        cross = g @ aa
-        second = sym(s + cross @ g.transpose(-1, -2))
-        mu = (g @ amean.unsqueeze(-1)).squeeze(-1)
+        mu = (g * amean.unsqueeze(-2)).sum(-1)
+        if k == 0:
+            cross = mu.unsqueeze(-1) * amean.unsqueeze(-2)
+            second = sym(s) + mu.unsqueeze(-1) * mu.unsqueeze(-2)
+        else:
+            cross = g @ aa
+            second = sym(s + cross @ g.transpose(-1, -2))
         amean, aa = augment(mu, second)
         out.cross.append(cross)
         out.second.append(second)
@@ -81,7 +91,8 @@ def forward_moments(x: Tensor, loc: Locals) -> Moments:
 
 def pre_moments(m: Tensor, eww: Tensor, amean: Tensor, aa: Tensor) -> tuple[Tensor, Tensor]:
     """``E[z_{n,d}] = m_d^T E[a~_n]`` and ``E[z^2] = Tr((B + m m^T) E[a~ a~^T])``."""
-    return amean @ m.T, torch.einsum("dij,nji->nd", eww, aa)
+    n, d = aa.shape[0], eww.shape[0]  # Tr(E[W~W~^T] E[a~a~^T]) as one matrix product (E[W~W~^T] symmetric)
+    return amean @ m.T, aa.reshape(n, -1) @ eww.reshape(d, -1).T
 
 
 def layer_pre_moments(g: Globals, mom: Moments, k: int) -> tuple[Tensor, Tensor]:

@@ -43,7 +43,8 @@ def weight_natural(
         rho = loc.rho[k]
         c = e * rho + pg_mean(loc.A[k]) / temp**2
         rhs = torch.einsum("nd,ndi->di", e * rho, mom.cross[k]) + ((rho - 0.5) / temp).T @ amean
-    prec = scale * data_sum(torch.einsum("nd,nij->dij", c, aa)) + torch.diag_embed(prior_precision(hyp, g, k))
+    gram = (c.T @ aa.reshape(aa.shape[0], -1)).reshape(-1, *aa.shape[1:])  # sum_n c_nd E[a~ a~^T]_n
+    prec = scale * data_sum(gram) + torch.diag_embed(prior_precision(hyp, g, k))
     return prec, scale * data_sum(rhs)
 
 

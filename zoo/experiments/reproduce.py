@@ -132,7 +132,9 @@ def _summarize(rows: list[dict], metrics: Sequence[str]) -> dict:
     summary = {}
     for (variant, ds), rs in groups.items():
         entry = {"n_splits": len(rs)}
-        for m in (*metrics, "fit_seconds"):
+        if any("sweeps" in r for r in rs):  # closed-form fits: the stopping rule fired, after how many sweeps
+            entry["converged"] = sum(bool(r.get("converged")) for r in rs)
+        for m in (*metrics, "fit_seconds", "sweeps"):
             vals = [r[m] for r in rs if r.get(m) is not None]
             if vals:
                 entry[m] = {
@@ -158,11 +160,16 @@ def _markdown(p: Protocol, summary: dict, header: dict) -> str:
     for h in header.get("history", []):
         lines[-1:-1] = [f"Merged with {h['rows']} rows from `{h['command']}` ({h['wall_seconds']:.0f} s)  "]
     cols = list(p.metrics)
-    lines.append("| variant | dataset | splits | " + " | ".join(cols) + " | fit s | paper |")
-    lines.append("|" + "---|" * (len(cols) + 5))
+    closed_form = any("converged" in e for per_ds in summary.values() for e in per_ds.values())
+    extra = " converged | sweeps |" if closed_form else ""
+    lines.append("| variant | dataset | splits | " + " | ".join(cols) + " |" + extra + " fit s | paper |")
+    lines.append("|" + "---|" * (len(cols) + 5 + 2 * closed_form))
     for variant, per_ds in summary.items():
         for ds, e in per_ds.items():
             cells = [f"{e[m]['mean']:.3g} ± {e[m]['sd']:.2g}" if m in e else "–" for m in cols]
+            if closed_form:
+                sweeps = f"{e['sweeps']['mean']:.0f}" if "sweeps" in e else "–"
+                cells += [f"{e['converged']}/{e['n_splits']}" if "converged" in e else "–", sweeps]
             ref = p.paper.get((variant, ds), {})
             ref_s = ", ".join(f"{k} {v}" for k, v in ref.items()) or "–"
             fs = e.get("fit_seconds", {}).get("mean", float("nan"))

@@ -84,6 +84,10 @@ def _fit_kwargs(cfg: RunConfig, d: Mapping, ds: Dataset, dev: torch.device) -> d
     return out
 
 
+def _gradient_free(result: FitResult) -> bool:
+    return "sweeps" in result.loop_state and not getattr(result.guide, "uses_gradients", True)
+
+
 def _row(model: str, spec: dict, ds: Dataset, cfg: RunConfig, result: FitResult, bs, scores: dict) -> dict:
     return {
         "model": model,
@@ -95,6 +99,10 @@ def _row(model: str, spec: dict, ds: Dataset, cfg: RunConfig, result: FitResult,
         "fit_seconds": round(result.wall_time, 3),
         "elbo": result.final_elbo,
         "steps": result.steps,
+        # the loop's stopping rule fired (``tol``); closed-form (CAVI) fits also count their sweeps (a SQUAREM
+        # step is one cycle of several)
+        "converged": bool(result.converged),
+        **({"sweeps": int(result.loop_state["sweeps"])} if _gradient_free(result) else {}),
         "epochs": round(result.steps * (bs or ds.n_train) / ds.n_train, 2),
         "seed": cfg.seed,
         **scores,

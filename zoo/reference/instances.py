@@ -199,14 +199,21 @@ def _nuts(name: str, model: str, data: DataSpec, note: str, **kw: Any) -> Refere
 
 
 def _exact(name: str, data: DataSpec, note: str) -> ReferenceInstance:
-    """The linear spike-and-slab (``lbbnn`` without hidden layers, fixed inclusion 0.25, slab variance 1)."""
+    """The linear spike-and-slab (``lbbnn`` without hidden layers, fixed inclusion 0.25, slab variance 1,
+    noise variance ``IG(2, 0.5)`` as when the stored references were computed)."""
     return ReferenceInstance(
         name=name,
         model="lbbnn",
         method="enumeration",
         data=data,
         hidden=(),
-        options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0},
+        options={
+            "hyper": "fixed",
+            "inclusion": 0.25,
+            "slab_var": 1.0,
+            "noise_concentration": 2.0,
+            "noise_rate": 0.5,
+        },
         draws=1000,
         note=note,
     )

@@ -7,7 +7,7 @@ baselines (§4, App. D.2: NUTS/HMC and ADVI in NumPyro) run on the ordinary dete
 ``y ~ N(W_{L+1} ReLU(z_L) + b, sigma^2)``.  This entry is that network under the paper's own N-GIG prior —
 the model an HMC or black-box VI baseline of the shrinkage prior fits, which separates the effect of
 the prior from that of the bow-tie units and of CAVI — with the zoo's default likelihood (regression:
-Gaussian with ``sigma^2 ~ IG(2, 0.5)`` on standardized targets, as ``mfvi-bnn``).
+Gaussian with ``sigma^2 ~ IG(1, 0.01)`` on standardized targets, as ``mfvi-bnn``).
 
 Sites: ``fc{l}.tau`` (one global scale per weight matrix), ``fc{l}.psi`` (one local scale per weight),
 ``fc{l}.weight ~ N(0, tau psi)``, ``fc{l}.bias ~ N(0, s_0^2)``.  No closed-form guide exists for it (the

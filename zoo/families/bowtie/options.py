@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from zoo.core.config import Config
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR
 from zoo.core.validation import check_positive
 from zoo.families.bowtie.prior import check_gig_params
 
@@ -86,8 +87,8 @@ class NGIGOptions(Config):
     ``scale_with_architecture``: App. D.1 (``delta_glob / sqrt(L)``, ``delta_loc / sqrt(fan_in)``; with the
     defaults the prior variance of a weight is ``E[tau] E[psi] = 1 / fan_in``).  No data-dependent
     defaults: the targets are standardized, as for ``mfvi-bnn``.  ``noise_concentration``/``noise_rate``:
-    the inverse-gamma prior of a regression likelihood's noise variance (``mfvi-bnn``'s; ignored for
-    classification).
+    the inverse-gamma prior of a regression likelihood's noise variance (``mfvi-bnn``'s default,
+    :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`; ignored for classification).
     """
 
     nu_glob: float = -1.5
@@ -98,8 +99,8 @@ class NGIGOptions(Config):
     lam_loc: float = 0.0
     bias_scale: float = 1.0
     scale_with_architecture: bool = True
-    noise_concentration: float = 2.0
-    noise_rate: float = 0.5
+    noise_concentration: float = WEAK_NOISE_PRIOR[0]
+    noise_rate: float = WEAK_NOISE_PRIOR[1]
 
     def validate(self) -> None:
         _check_bool("scale_with_architecture", self.scale_with_architecture)

@@ -14,9 +14,14 @@ from __future__ import annotations
 import dataclasses
 
 from zoo.core.config import Config
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR
 from zoo.core.validation import check_bool, check_positive, check_probability
 
-__all__ = ["CollapsedOptions"]
+__all__ = ["CollapsedOptions", "COLLAPSED_IG2_NOISE"]
+
+#: the regression noise prior the committed ``collapsed-uci`` rows were run with (``sigma^2 ~ IG(2, 0.5)``,
+#: the zoo's default before issue 17), pinned by that protocol
+COLLAPSED_IG2_NOISE = {"noise_concentration": 2.0, "noise_rate": 0.5}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +31,11 @@ class CollapsedOptions(Config):
     ``gamma_scale``, ``alpha_reg`` (in ``(0, 1]``): CM; ``alpha``, ``beta``: CV/CMV; ``delta`` (in
     ``(0, 1)``): CMV; ``fan_in_scaling``: ``gamma = gamma_scale / fan_in`` (else ``gamma_scale``);
     ``learn_hyper``: learn ``alpha_reg`` (CM) / ``delta`` (CMV) per layer by maximizing the bound (not for
-    CV, which the prior rejects); ``noise_concentration``/``noise_rate``: the regression noise prior
-    (ignored otherwise).
+    CV, which the prior rejects); ``noise_concentration``/``noise_rate``: the regression noise prior on the
+    standardized targets' variance, ``IG(noise_concentration, noise_rate)`` (ignored otherwise; default
+    :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`, ``IG(1, 0.01)``: Tomczak et al. 2021 state no noise
+    prior; the zoo's earlier ``IG(2, 0.5)`` acts as four pseudo-observations of variance 0.25 and doubled
+    the noise variance on yacht, and stays pinned as :data:`COLLAPSED_IG2_NOISE` by ``collapsed-uci``).
     """
 
     gamma_scale: float = 1.0
@@ -37,8 +45,8 @@ class CollapsedOptions(Config):
     delta: float = 0.1
     fan_in_scaling: bool = True
     learn_hyper: bool = False
-    noise_concentration: float = 2.0
-    noise_rate: float = 0.5
+    noise_concentration: float = WEAK_NOISE_PRIOR[0]
+    noise_rate: float = WEAK_NOISE_PRIOR[1]
 
     def validate(self) -> None:
         for name in ("fan_in_scaling", "learn_hyper"):

@@ -32,7 +32,7 @@ from guides.lbbnn.mvn import MVNLBBNNGuide
 from guides.lbbnn.training import fit_lbbnn_staged
 from zoo.core.architectures import MLP
 from zoo.core.config import Config, resolve
-from zoo.core.likelihoods import make_likelihood
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR, make_likelihood
 from zoo.core.model import BayesianModel
 from zoo.core.validation import check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
@@ -60,7 +60,9 @@ def _real(name: str, value: object) -> float:
 class LBBNNOptions(Config):
     """The ``lbbnn`` builder's options (module docstring; defaults as the builder always had).
 
-    Regression ``noise``: ``"inverse_gamma"`` (variance ~ IG(``noise_concentration``, ``noise_rate``)) or
+    Regression ``noise``: ``"inverse_gamma"`` (variance ~ IG(``noise_concentration``, ``noise_rate``),
+    default :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR` = ``IG(1, 0.01)``; neither LBBNN paper states a
+    noise prior, and the zoo's earlier ``IG(2, 0.5)`` is kept by the exact reference instances) or
     ``"fixed"`` (variance 1 on the standardized targets, as in Skaaret-Lund et al. 2023, arXiv:2305.03395,
     App. C); classification ignores the noise options.
     """
@@ -75,8 +77,8 @@ class LBBNNOptions(Config):
     b_psi: float = 3.0
     a_beta: float = 2.0
     b_beta: float = 1.0
-    noise_concentration: float = 2.0
-    noise_rate: float = 0.5
+    noise_concentration: float = WEAK_NOISE_PRIOR[0]
+    noise_rate: float = WEAK_NOISE_PRIOR[1]
     noise: str = "inverse_gamma"
 
     def validate(self) -> None:
