@@ -21,6 +21,7 @@ from zoo.core.validation import check_positive
 
 __all__ = [
     "WEAK_NOISE_PRIOR",
+    "IG2_NOISE_OPTIONS",
     "Likelihood",
     "GaussianLikelihood",
     "BernoulliLikelihood",
@@ -37,6 +38,10 @@ __all__ = [
 #: arXiv:1705.10388 App. C.1: worth 12 pseudo-observations of variance 1; ``IG(2, 0.5)``) stay options used by
 #: their reproduction protocols.
 WEAK_NOISE_PRIOR = (1.0, 0.01)
+
+#: builder options of the noise prior ``sigma^2 ~ IG(2, 0.5)``: the published mfVI baselines' and the zoo's
+#: default before :data:`WEAK_NOISE_PRIOR`; pinned wherever committed results or stored references used it
+IG2_NOISE_OPTIONS = {"noise_concentration": 2.0, "noise_rate": 0.5}
 
 
 class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from zoo.core.config import Config
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS
 from zoo.core.validation import check_count, check_positive_int, check_probability
 from zoo.families.baselines.options import MFVI_UNSCALED
 
@@ -207,13 +208,7 @@ def _exact(name: str, data: DataSpec, note: str) -> ReferenceInstance:
         method="enumeration",
         data=data,
         hidden=(),
-        options={
-            "hyper": "fixed",
-            "inclusion": 0.25,
-            "slab_var": 1.0,
-            "noise_concentration": 2.0,
-            "noise_rate": 0.5,
-        },
+        options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0, **IG2_NOISE_OPTIONS},
         draws=1000,
         note=note,
     )

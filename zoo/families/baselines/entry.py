@@ -13,7 +13,7 @@ from guides.flows.weightspace import weight_space_factory
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
 from zoo.core.gaussian import GaussianPrior
-from zoo.core.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, GaussianLikelihood, make_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
@@ -147,7 +147,7 @@ UCI_FOLDER = {
 def _mfvi_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     from zoo.experiments.nuts_runs import nuts_run_specs  # NUTS on paper 000's HMC model (App. D.2)
 
-    hmc = {"hierarchical_scale": True, "noise_concentration": 2.0, "noise_rate": 0.5}
+    hmc = {"hierarchical_scale": True, **IG2_NOISE_OPTIONS}
     nuts = nuts_run_specs("mfvi-bnn", splits, {"options": hmc})
     splits = list(range(10)) if splits is None else list(splits)
     return [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from zoo.core.config import Config
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
 from zoo.core.validation import check_bool, check_optional, check_positive
 
 __all__ = ["MFVIOptions", "BLROptions", "MFVI_UNSCALED"]
@@ -22,7 +22,7 @@ __all__ = ["MFVIOptions", "BLROptions", "MFVI_UNSCALED"]
 #: Turner 2021 and Sheinkman & Wade 2025, arXiv:2411.11132) and ``sigma^2 ~ IG(2, 0.5)``; pinned by the
 #: protocols that reproduce those rows (the registry defaults are the fan-in scaled prior and the weak
 #: noise prior, :class:`MFVIOptions`)
-MFVI_UNSCALED = {"fan_in_scaling": False, "noise_concentration": 2.0, "noise_rate": 0.5}
+MFVI_UNSCALED = {"fan_in_scaling": False, **IG2_NOISE_OPTIONS}
 
 
 @dataclasses.dataclass(frozen=True)

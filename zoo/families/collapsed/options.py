@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 
 from zoo.core.config import Config
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
 from zoo.core.validation import check_bool, check_positive, check_probability
 
 __all__ = ["CollapsedOptions", "COLLAPSED_IG2_NOISE"]
 
 #: the regression noise prior the committed ``collapsed-uci`` rows were run with (``sigma^2 ~ IG(2, 0.5)``,
 #: the zoo's default before issue 17), pinned by that protocol
-COLLAPSED_IG2_NOISE = {"noise_concentration": 2.0, "noise_rate": 0.5}
+COLLAPSED_IG2_NOISE = dict(IG2_NOISE_OPTIONS)
 
 
 @dataclasses.dataclass(frozen=True)
