@@ -142,3 +142,80 @@ def test_protocol_tables_count_converged_closed_form_fits() -> None:
     assert "| converged | sweeps |" in text and "| 2/3 | 60 |" in text
     gradient = _summarize([row(0, False), row(1, False)], ("rmse",))  # SVI rows: no sweeps, no column
     assert "converged" not in gradient["V"]["d"] and "converged" not in _markdown(p, gradient, header)
+
+
+def test_expanded_buffers_stay_compact_and_extrapolate_like_full_ones() -> None:
+    """A buffer that is an expanded view (one matrix shared by every row) is snapshot as that matrix: the
+    cycle's result equals the one on the same buffer materialized, and it comes back as an expanded view."""
+
+    seen: list[int] = []
+
+    def run(expanded: bool) -> tuple[torch.nn.Module, float, dict]:
+        m = torch.nn.Module()
+        base = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+        s = base.expand(5, 2, 2)
+        m.register_buffer("s", s if expanded else s.clone())
+        m.register_buffer("u", torch.tensor([4.0, -2.0], dtype=torch.float64))
+
+        def sweep() -> None:  # a linear contraction on both: fixed points 0.1 * ones and 1
+            seen.append(m.s.stride(0))
+            m.s = (0.6 * m.s[:1] + 0.04).expand(5, 2, 2) if expanded else 0.6 * m.s + 0.04
+            m.u = 0.5 * m.u + 0.5
+
+        def elbo() -> float:
+            return -float(((m.s - 0.1) ** 2).sum() + ((m.u - 1.0) ** 2).sum())
+
+        value, rec = squarem_cycle(sweep, elbo, (m,))
+        return m, value, rec
+
+    compact, v1, r1 = run(True)
+    assert r1["sweeps"] == 3 and seen == [0, 0, 0]  # the extrapolated state is handed back expanded
+    full, v2, r2 = run(False)
+    assert r1["accepted"] and r1["alpha"] == pytest.approx(r2["alpha"], rel=1e-12)  # norms of the full buffer
+    assert v1 == pytest.approx(v2, rel=1e-12)
+    assert torch.allclose(compact.s, full.s, atol=1e-14) and torch.allclose(compact.u, full.u, atol=1e-14)
+
+
+def test_bowtie_moment_caches_hit_only_on_unchanged_inputs() -> None:
+    """``forward_moments`` / ``layer_pre_moments`` return the cached result for the same tensors, and
+    recompute after an in-place change, a rebinding, or under autograd."""
+    from guides.bowtie.linalg import Memo
+
+    calls = []
+    memo = Memo(2)
+    a = torch.ones(3, dtype=torch.float64)
+
+    def f(t):
+        calls.append(1)
+        return t.sum().item()
+
+    assert memo([a], lambda: f(a)) == 3.0 and memo([a], lambda: f(a)) == 3.0 and len(calls) == 1
+    a.add_(1.0)  # in place: the version counter moves
+    assert memo([a], lambda: f(a)) == 6.0 and len(calls) == 2
+    b = a.clone()  # equal values, another tensor
+    assert memo([b], lambda: f(b)) == 6.0 and len(calls) == 3
+    c = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    memo([c], lambda: f(c))
+    memo([c], lambda: f(c))
+    assert len(calls) == 5  # never cached under autograd
+    with torch.no_grad():
+        memo([c], lambda: f(c))
+        memo([c], lambda: f(c))
+    assert len(calls) == 6
+    # the bow-tie sweep with the caches equals the uncached one exactly
+    from guides.bowtie import moments
+
+    res_cached, _, _ = _fit("bowtie", None, 5)
+    orig_forward, orig_pre = moments._FORWARD, moments._PRE
+    try:
+        moments._FORWARD = moments._PRE = _NoCache()
+        res_plain, _, _ = _fit("bowtie", None, 5)
+    finally:
+        moments._FORWARD, moments._PRE = orig_forward, orig_pre
+    assert res_cached.elbo == res_plain.elbo
+    np.testing.assert_array_equal(_state(res_cached), _state(res_plain))
+
+
+class _NoCache:
+    def __call__(self, tensors, fn):
+        return fn()

@@ -65,7 +65,7 @@ class BowtieGuideState(ClosedFormGuide):
 
     # ------------------------------------------------------------------ buffers
     def _b(self, name: str, k: int) -> Tensor:
-        return getattr(self, f"{name}{k}")
+        return self._buffers[f"{name}{k}"]  # direct: read several hundred times per sweep
 
     def _set(self, name: str, value: Tensor) -> None:
         self._buffers[name] = value.detach().to(F64)
@@ -85,8 +85,8 @@ class BowtieGuideState(ClosedFormGuide):
         r, h = range(self.num_hidden + 1), range(self.num_hidden)
         return Globals(
             *([self._b(n, k) for k in r] for n in ("m", "B", "dtau", "dpsi")),
-            [self._b("alpha", k) for k in h] + [self.alpha_out],
-            [self._b("beta", k) for k in h] + [self.beta_out],
+            [self._b("alpha", k) for k in h] + [self._buffers["alpha_out"]],
+            [self._b("beta", k) for k in h] + [self._buffers["beta_out"]],
         )
 
     @property

@@ -8,10 +8,13 @@ Cholesky factorization, in float64, symmetrizing and adding jitter only where th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 from torch import Tensor
 
-__all__ = ["F64", "sym", "chol", "gauss_from_precision", "natural_from_moments", "logdet"]
+__all__ = ["F64", "Memo", "sym", "chol", "gauss_from_precision", "natural_from_moments", "logdet"]
 
 F64 = torch.float64
 
@@ -56,3 +59,38 @@ def logdet(cov: Tensor) -> Tensor:
     if cov.dim() == 3 and cov.shape[0] > 1 and cov.stride(0) == 0:
         return logdet(cov[0]).expand(cov.shape[0])
     return 2.0 * torch.log(torch.diagonal(chol(cov), dim1=-2, dim2=-1)).sum(-1)
+
+
+class Memo:
+    """A small cache of a pure function of tensors, keyed by the tensors' identity: ``(data_ptr, version,
+    shape, stride, dtype, device)`` of every input.  An entry holds its input tensors, so their memory cannot
+    be reused by another tensor while the entry lives (a matching ``data_ptr`` is the same storage), and any
+    in-place change bumps the shared version counter; a tensor rebound to a new value is a new key.  Bypassed
+    under autograd (a cached value carries no graph).  ``size`` entries, the oldest evicted first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entries: list[tuple[tuple, tuple[Tensor, ...], Any]] = []
+
+    @staticmethod
+    def _key(tensors: Sequence[Tensor]) -> tuple:
+        return tuple(
+            (t.data_ptr(), t._version, tuple(t.shape), t.stride(), t.dtype, t.device) for t in tensors
+        )
+
+    def __call__(self, tensors: Sequence[Tensor], fn: Callable[[], Any]) -> Any:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return fn()
+        key = self._key(tensors)
+        for i, (k, _, value) in enumerate(self.entries):
+            if k == key:
+                self.entries.append(self.entries.pop(i))
+                return value
+        value = fn()
+        self.entries.append((key, tuple(tensors), value))
+        if len(self.entries) > self.size:
+            self.entries.pop(0)
+        return value
+
+    def clear(self) -> None:
+        self.entries.clear()

@@ -7,6 +7,13 @@
   ``E[a_{l,d} a~_{l-1}] = E[a~_{l-1} a~_{l-1}^T] (t_{l,d}, M_{l,d,:})^T`` — under the structured ``q(a)``
   these are *not* ``E[a_{l,d}] E[a~_{l-1}]``;
 * pre-activations ``z = W~ a~``: ``E[z] = m^T E[a~]``, ``E[z^2] = Tr(E[W~ W~^T] E[a~ a~^T])``.
+
+A CAVI sweep and the ELBO that follows it ask for the same moments several times: the forward pass depends
+on ``(S, t, M)`` only, which the gate, weight and scale updates leave unchanged, and layer ``k``'s
+pre-activation moments change only when its weight row or the forward pass does.
+:func:`forward_moments` and :func:`layer_pre_moments` therefore keep their last results
+(:class:`~guides.bowtie.linalg.Memo`), keyed by the *identity and version* of the tensors they read, so a
+repeated call with unchanged inputs costs a few comparisons.
 """
 
 from __future__ import annotations
@@ -16,18 +23,29 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from guides.bowtie.linalg import sym
+from guides.bowtie.linalg import Memo, sym
 from guides.bowtie.state import Globals, Locals
 
 __all__ = [
     "Moments",
     "augment",
+    "clear_moment_cache",
     "forward_moments",
     "layer_pre_moments",
     "pre_moments",
     "row_second_moment",
     "weight_squares",
 ]
+
+
+_FORWARD = Memo(2)
+_PRE = Memo(8)
+
+
+def clear_moment_cache() -> None:
+    """Drop the cached moments (they are also replaced as soon as their inputs change)."""
+    _FORWARD.clear()
+    _PRE.clear()
 
 
 def row_second_moment(m: Tensor, cov: Tensor) -> Tensor:
@@ -65,6 +83,12 @@ class Moments:
 
 
 def forward_moments(x: Tensor, loc: Locals) -> Moments:
+    """The forward recursion (:func:`_forward_moments`), cached on ``x`` and ``(S, t, M)`` (module
+    docstring); the result is shared between callers and must not be modified in place."""
+    return _FORWARD([x, *loc.S, *loc.t, *loc.M], lambda: _forward_moments(x, loc))
+
+
+def _forward_moments(x: Tensor, loc: Locals) -> Moments:
     """``mu_l = t_l + M_l mu_{l-1}``, ``P_l = S_l + G_l E[a~a~^T]_{l-1} G_l^T`` with ``G = [t, M]`` (App. A;
     the symmetrized form of the paper's ``2 M E[a] t^T`` term).  The first layer's input ``x`` is data, so
     its ``E[a~ a~^T] = x~ x~^T`` has rank one and ``G x~ x~^T = mu x~^T``, ``G x~ x~^T G^T = mu mu^T``:
@@ -97,5 +121,5 @@ def pre_moments(m: Tensor, eww: Tensor, amean: Tensor, aa: Tensor) -> tuple[Tens
 
 def layer_pre_moments(g: Globals, mom: Moments, k: int) -> tuple[Tensor, Tensor]:
     """:func:`pre_moments` of layer ``k`` under the current ``q(b, W)`` and ``q(a)``."""
-    m = g.m[k]
-    return pre_moments(m, row_second_moment(m, g.B[k]), mom.amean[k], mom.AA[k])
+    m, b, amean, aa = g.m[k], g.B[k], mom.amean[k], mom.AA[k]
+    return _PRE([m, b, amean, aa], lambda: pre_moments(m, row_second_moment(m, b), amean, aa))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from guides.bowtie.linalg import F64
+from guides.bowtie.linalg import F64, Memo
 from zoo.families.bowtie.model import BowtieModel
 from zoo.families.bowtie.prior import GaussianBowtiePrior
 
@@ -100,8 +100,17 @@ class Hyper:
         )
 
 
+_CONVERTED = Memo(4)
+
+
+def _f64(t: Tensor) -> Tensor:
+    """``t`` in float64; a converted copy is cached (:class:`~guides.bowtie.linalg.Memo`), so the same data
+    passed at every sweep is the same float64 tensor and the moment caches recognize it."""
+    return t if t.dtype == F64 else _CONVERTED([t], lambda: t.to(F64))
+
+
 def as_float64(x: Tensor, y: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """``x`` and ``y`` (as a column if 1-d) in float64."""
     if y is not None and y.dim() == 1:
         y = y.unsqueeze(-1)
-    return x.to(F64), (None if y is None else y.to(F64))
+    return _f64(x), (None if y is None else _f64(y))

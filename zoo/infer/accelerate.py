@@ -53,22 +53,74 @@ def state_buffers(*modules: torch.nn.Module) -> dict[str, Tensor]:
     return out
 
 
-def _snapshot(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {k: v.detach().clone() for k, v in state.items()}
+class _Value:
+    """A snapshot of one buffer, kept compact: a buffer that is an expanded view (stride 0 along some
+    dimensions, e.g. one covariance matrix shared by every data point) is stored as the one slice it
+    repeats, so the extrapolation costs what the slice costs and a restored buffer is again an expanded
+    view (the guide's shortcuts for such buffers keep working).  ``repeats``: how many entries of the
+    buffer each stored entry stands for (norms are of the full buffer)."""
+
+    __slots__ = ("data", "shape", "repeats")
+
+    def __init__(self, data: Tensor, shape: torch.Size) -> None:
+        self.data, self.shape = data, shape
+        self.repeats = math.prod(shape) // max(data.numel(), 1) if data.numel() else 1
+
+    @classmethod
+    def of(cls, t: Tensor) -> _Value:
+        t = t.detach()
+        index = tuple(0 if st == 0 and n > 1 else slice(None) for st, n in zip(t.stride(), t.shape))
+        if any(isinstance(i, int) for i in index):
+            keep = tuple(slice(0, 1) if isinstance(i, int) else i for i in index)
+            return cls(t[keep].clone(), t.shape)
+        return cls(t.clone(), t.shape)
+
+    def like(self, data: Tensor) -> _Value:
+        return _Value(data, self.shape)
+
+    def tensor(self) -> Tensor:
+        """A fresh buffer of this value (an expanded view when compact)."""
+        return self.data.clone().expand(self.shape) if self.data.shape != self.shape else self.data.clone()
 
 
-def _restore(modules: tuple[torch.nn.Module, ...], values: dict[str, Tensor]) -> None:
+def _snapshot(state: dict[str, Tensor]) -> dict[str, _Value]:
+    return {k: _Value.of(v) for k, v in state.items()}
+
+
+def _aligned(a: _Value, b: _Value) -> tuple[Tensor, Tensor]:
+    """The data of two snapshots of one buffer in a common form (full if only one is compact)."""
+    if a.data.shape == b.data.shape:
+        return a.data, b.data
+    return a.data.expand(a.shape), b.data.expand(b.shape)
+
+
+def _combine(a: _Value, b: _Value, fn: Callable[[Tensor, Tensor], Tensor]) -> _Value:
+    x, y = _aligned(a, b)
+    return _Value(fn(x, y), a.shape)
+
+
+def _sq_norm(values: dict[str, _Value]) -> float:
+    return sum(float((v.data.double() ** 2).sum()) * v.repeats for v in values.values())
+
+
+def _restore(modules: tuple[torch.nn.Module, ...], values: dict[str, _Value]) -> None:
     """Rebind every buffer to a fresh copy of its value in ``values`` (rebinding rather than ``copy_``: two
     buffers of a guide may share storage, e.g. views of one local)."""
     for key, v in values.items():
         i, name = key.split(".", 1)
         owner, _, leaf = name.rpartition(".")
         mod = modules[int(i)].get_submodule(owner) if owner else modules[int(i)]
-        mod._buffers[leaf] = v.clone()
+        mod._buffers[leaf] = v.tensor()
 
 
 def _finite(state: dict[str, Tensor]) -> bool:
     return all(bool(torch.isfinite(v).all()) for v in state.values())
+
+
+def _extrapolate(t0: _Value, r: _Value, v: _Value, alpha: float) -> _Value:
+    """``theta0 - 2 alpha r + alpha^2 v`` of one buffer."""
+    step = _combine(r, v, lambda a, b: alpha**2 * b - 2.0 * alpha * a)
+    return _combine(t0, step, torch.add)
 
 
 def squarem_cycle(
@@ -92,10 +144,9 @@ def squarem_cycle(
     sweep()
     theta2 = _snapshot(live())
     elbo2 = elbo()
-    r = {k: theta1[k] - theta0[k] for k in theta0}
-    v = {k: theta2[k] - theta1[k] - r[k] for k in theta0}
-    rn = math.sqrt(sum(float((t.double() ** 2).sum()) for t in r.values()))
-    vn = math.sqrt(sum(float((t.double() ** 2).sum()) for t in v.values()))
+    r = {k: _combine(theta1[k], theta0[k], torch.sub) for k in theta0}
+    v = {k: _combine(_combine(theta2[k], theta1[k], torch.sub), r[k], torch.sub) for k in theta0}
+    rn, vn = math.sqrt(_sq_norm(r)), math.sqrt(_sq_norm(v))
     record = {"alpha": -1.0, "accepted": False, "sweeps": 2, "backtracks": 0}
     if vn == 0.0 or rn == 0.0 or not math.isfinite(rn / vn):
         return elbo2, record
@@ -103,7 +154,7 @@ def squarem_cycle(
     for attempt in range(max_backtracks + 1):
         if alpha >= -1.0 + 1e-12:
             break
-        _restore(modules, {k: theta0[k] - 2.0 * alpha * r[k] + alpha**2 * v[k] for k in theta0})
+        _restore(modules, {k: _extrapolate(theta0[k], r[k], v[k], alpha) for k in theta0})
         try:
             sweep()
             record["sweeps"] += 1
