@@ -72,3 +72,22 @@ def test_gaussian_reference_instances_keep_the_published_prior():
     gauss = [i for i in INSTANCES.values() if i.model == "mfvi-bnn"]
     assert {i.name for i in gauss} >= {"gauss-221", "gauss-cubic", "gauss-bowtie", "gauss-yacht"}
     assert all(dict(i.options) == MFVI_UNSCALED for i in gauss)
+
+
+@pytest.mark.parametrize(
+    "protocol, converged, capped",
+    [("bowtie-diabetes", "VBNN", "VBNN-200"), ("bowtie-uci", "VBNN-conv", "VBNN")],
+)
+def test_bowtie_converged_rows_run_to_the_rule_and_capped_rows_keep_200_sweeps(protocol, converged, capped):
+    """The converged rows run CAVI until the paper's stopping rule fires (SQUAREM, at most 3000 cycles); the
+    capped rows keep the authors' code's 200 plain sweeps (``bowtie-uci``'s converged rows are opt-in)."""
+    p = PROTOCOLS[protocol]
+    runs = p.runs(None)
+    by = {v: [r for r in runs if r.variant == v] for v in (converged, capped)}
+    assert by[converged] and len(by[converged]) == len(by[capped])
+    for r in by[converged]:
+        _, _, cfg = run_config(r)
+        assert cfg.fit_options == {"accelerate": "squarem"} and cfg.steps == 3000, r
+    for r in by[capped]:
+        _, _, cfg = run_config(r)
+        assert not cfg.fit_options and cfg.steps in (None, 200), r
