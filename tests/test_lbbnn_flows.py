@@ -469,6 +469,9 @@ def test_weak_signal_selection_protocol_runs_on_the_weak_design(tmp_path):
         assert r["dataset"] == "logistic-sim-weak"
         assert 0.0 <= r["tpr"] <= 1.0 and 0.0 <= r["fpr"] <= 1.0
     assert json.loads((tmp_path / "lbbnn-flow-selection-weak.json").read_text())["rows"] == rows
+    md = (tmp_path / "lbbnn-flow-selection-weak.md").read_text()
+    assert "Inclusion frequency per covariate on logistic-sim-weak" in md  # per-covariate counts (Fig. 5)
+    assert all(len(r["selected"]) == len(r["truth"]) == 20 for r in rows)
 
 
 @pytest.mark.parametrize("gname", ["lcrt", "flow"])

@@ -326,6 +326,27 @@ def test_selection_rates_hand():
     assert fpr == 0.5
 
 
+def test_inclusion_frequencies_and_the_per_covariate_table():
+    from zoo.eval.selection import inclusion_frequencies
+    from zoo.experiments.selection_table import inclusion_lines
+
+    fits = [[1, 0, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
+    np.testing.assert_allclose(inclusion_frequencies(fits), [0.75, 0.25, 0.5, 0.0])
+    for bad in ([1, 0, 1], [[0.5, 1.0]], np.zeros((0, 3))):
+        with pytest.raises(ValueError, match="selections"):
+            inclusion_frequencies(bad)
+    truth = [1, 0, 1, 0]
+    rows = [{"variant": "a", "dataset": "d", "selected": f, "truth": truth} for f in fits]
+    rows += [{"variant": "b", "dataset": "d", "selected": [0, 1, 1, 1], "truth": truth}, {"variant": "c"}]
+    lines = inclusion_lines(rows)
+    assert "| variant | fits | **1** | 2 | **3** | 4 |" in lines
+    assert "| a | 4 | 0.75 | 0.25 | 0.5 | 0 |" in lines and "| b | 1 | 0 | 1 | 1 | 1 |" in lines
+    assert not any(line.startswith("| c ") for line in lines)  # rows without a selection are left out
+    assert inclusion_lines([{"variant": "c", "dataset": "d", "rmse": 1.0}]) == []
+    with pytest.raises(ValueError, match="disagree on the true covariates"):
+        inclusion_lines(rows + [{"variant": "a", "dataset": "d", "selected": fits[0], "truth": [0, 1, 1, 0]}])
+
+
 def test_return_types_are_python_floats():
     y = np.array([0.0, 1.0])
     assert type(M.rmse(y, y)) is float

@@ -347,6 +347,8 @@ def test_true_support_gives_selection_metrics(tmp_path):
         rep = run.result.guide.sparsity_report(run.result.model)
     expected = selection_rates(rep.masks["fc0.weight"].reshape(-1).cpu().numpy(), [1, 0, 0, 1, 0])
     assert (run.metrics["tpr"], run.metrics["fpr"]) == pytest.approx(expected)
+    assert run.metrics["truth"] == [1, 0, 0, 1, 0]
+    assert run.metrics["selected"] == rep.masks["fc0.weight"].reshape(-1).int().tolist()
     plain = fit_on_dataset(
         "lbbnn", load_table(path, TableOptions(target="y")), hidden=[], steps=3, progress=False
     )

@@ -19,7 +19,7 @@ import torch
 
 from zoo.core.validation import check_bool_array, check_shape
 
-__all__ = ["density", "density_per_layer", "selection_rates"]
+__all__ = ["density", "density_per_layer", "inclusion_frequencies", "selection_rates"]
 
 
 def _mask_items(masks: Any) -> list[tuple[Any, np.ndarray]]:
@@ -76,3 +76,13 @@ def selection_rates(selected: Any, truth: Any) -> tuple[float, float]:
     tp = int(np.count_nonzero(sel & tru))
     fp = int(np.count_nonzero(sel & ~tru))
     return tp / n_pos, fp / n_neg
+
+
+def inclusion_frequencies(selections: Any) -> np.ndarray:
+    """How often each covariate is selected over repeated fits: the column means of a (fits, covariates)
+    0/1 array (the bars of Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, Fig. 5)."""
+    sel = check_bool_array("selections", selections)
+    if sel.ndim != 2 or sel.shape[0] == 0:
+        raise ValueError(f"`selections` must be a non-empty (fits, covariates) array, got shape {sel.shape}")
+    return sel.mean(axis=0)
+

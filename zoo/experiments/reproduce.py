@@ -28,6 +28,7 @@ from zoo.experiments.journal import load_journal, run_journaled
 from zoo.experiments.protocol import Protocol, RunSpec
 from zoo.experiments.registry import load_plugins
 from zoo.experiments.runs import dumps_json, fit_on_dataset
+from zoo.experiments.selection_table import inclusion_lines
 from zoo.io import atomic_write_many
 
 __all__ = [
@@ -176,6 +177,7 @@ def _markdown(p: Protocol, summary: dict, header: dict) -> str:
             lines.append(
                 f"| {variant} | {ds} | {e['n_splits']} | " + " | ".join(cells) + f" | {fs:.1f} | {ref_s} |"
             )
+    lines += inclusion_lines(header.get("rows", ()))
     if p.paper_source:
         lines += ["", f"Paper numbers: {p.paper_source}"]
     return "\n".join(lines) + "\n"
@@ -399,7 +401,7 @@ def run_protocol(
         "paper_source": p.paper_source,
     }
     # both files are written in full before either replaces an earlier one (a full disk changes neither)
-    md = _markdown(p, summary, {**header, "history": history})
+    md = _markdown(p, summary, {**header, "history": history, "rows": rows})
     atomic_write_many({out / f"{name}.json": dumps_json(doc).encode(), out / f"{name}.md": md.encode()})
     journal.unlink()
     return doc

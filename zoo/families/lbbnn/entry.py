@@ -160,7 +160,9 @@ register(
 
 
 def selection_metrics(run) -> dict:
-    """MPM TPR/FPR of a one-neuron LBBNN fit on ``logistic-sim`` (via zoo.eval.metrics).
+    """MPM TPR/FPR of a one-neuron LBBNN fit on ``logistic-sim`` (via zoo.eval.metrics), with the selected
+    covariates and the true support as 0/1 lists (``selected``, ``truth``: per-covariate inclusion counts over
+    a protocol's fits, :func:`zoo.experiments.selection_table.inclusion_lines`).
 
     The study of Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395, §5.1, Table 1).
 
@@ -178,7 +180,7 @@ def selection_metrics(run) -> dict:
             f"run: the fit has {sel.size} input weights but the data have {truth.size} covariates"
         )
     tpr, fpr = selection_rates(sel, truth)
-    return {"tpr": tpr, "fpr": fpr}
+    return {"tpr": tpr, "fpr": fpr, "selected": sel.astype(int).tolist(), "truth": truth.astype(int).tolist()}
 
 
 def image_metrics(run, num_samples: int = 10) -> dict:
