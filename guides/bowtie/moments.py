@@ -29,7 +29,6 @@ from guides.bowtie.state import Globals, Locals
 __all__ = [
     "Moments",
     "augment",
-    "clear_moment_cache",
     "forward_moments",
     "layer_pre_moments",
     "pre_moments",
@@ -40,12 +39,6 @@ __all__ = [
 
 _FORWARD = Memo(2)
 _PRE = Memo(8)
-
-
-def clear_moment_cache() -> None:
-    """Drop the cached moments (they are also replaced as soon as their inputs change)."""
-    _FORWARD.clear()
-    _PRE.clear()
 
 
 def row_second_moment(m: Tensor, cov: Tensor) -> Tensor:

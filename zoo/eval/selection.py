@@ -85,4 +85,3 @@ def inclusion_frequencies(selections: Any) -> np.ndarray:
     if sel.ndim != 2 or sel.shape[0] == 0:
         raise ValueError(f"`selections` must be a non-empty (fits, covariates) array, got shape {sel.shape}")
     return sel.mean(axis=0)
-
