@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One-command GPU check (issue 18): on a machine with one CUDA GPU, within 9 minutes,
-#   1. the test suite (not the @slow tests) with ZOO_DEVICE=cuda, capped at ZOO_GPU_TEST_SECONDS (default 300);
+#   1. the suite's device tests (those taking the ``device`` fixture, not the @slow ones; see tests/conftest.py;
+#      ZOO_DEVICE_TESTS_ONLY=0 runs the whole suite, the others on the CPU) with ZOO_DEVICE=cuda, capped at
+#      ZOO_GPU_TEST_SECONDS (default 300); each failure's traceback goes, as it happens, to
+#      ZOO_GPU_FAILURE_LOG (default: a temporary file) and is printed at the end;
 #   2. the speed benchmarks of benchmarks/gpu_speed.py (MF-LBBNN 784-400-600-10 epoch, horseshoe mnist10k
 #      epoch, bow-tie CAVI sweep on protein), each on CUDA and on the CPU, capped at ZOO_GPU_BENCH_SECONDS
 #      (default 200);
@@ -23,8 +26,11 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 
 log="$(mktemp -t zoo-gpu-tests.XXXXXX)"
-trap 'rm -f "$log"' EXIT
-export ZOO_DEVICE=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
+failures="${ZOO_GPU_FAILURE_LOG:-$(mktemp -t zoo-gpu-failures.XXXXXX)}"
+: >"$failures"
+trap 'rm -f "$log"; [ -n "${ZOO_GPU_FAILURE_LOG:-}" ] || rm -f "$failures"' EXIT
+export ZOO_DEVICE=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1 ZOO_FAILURE_LOG="$failures"
+export ZOO_DEVICE_TESTS_ONLY="${ZOO_DEVICE_TESTS_ONLY:-1}"
 
 echo "gpu_check: test suite with ZOO_DEVICE=cuda (cap ${ZOO_GPU_TEST_SECONDS:-300}s)"
 t0=$(date +%s)
@@ -36,6 +42,10 @@ timeout "${ZOO_GPU_TEST_SECONDS:-300}" "$PY" -m pytest -v -p no:cacheprovider -m
   "${xdist[@]}" 2>&1 | tee "$log"
 test_rc=${PIPESTATUS[0]}
 t1=$(date +%s)
+if [ -s "$failures" ]; then
+  echo "gpu_check: tracebacks of the failed tests:"
+  cat "$failures"
+fi
 
 echo "gpu_check: speed benchmarks, CUDA vs CPU (cap ${ZOO_GPU_BENCH_SECONDS:-200}s)"
 timeout "${ZOO_GPU_BENCH_SECONDS:-200}" "$PY" benchmarks/gpu_speed.py --devices cpu cuda \

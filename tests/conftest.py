@@ -1,7 +1,14 @@
 """Shared test fixtures.
 
-* ``ZOO_DEVICE`` (``cpu`` default, ``cuda``) selects the device of the whole suite, as Pyro's
-  ``PYRO_DEVICE`` does for its own tests.
+* ``ZOO_DEVICE`` (``cpu`` default, ``cuda``) selects the device of the suite's *device tests*: those that
+  take the ``device`` fixture (every registry entry and guide through the conformance kit, every pair of
+  the composition matrix, prediction against closed forms, checkpoint/resume, the ArviZ export, the
+  bow-tie sweeps and their acceleration, projpred, ...).  They build their data on it and run there.
+  Every other test runs on the CPU whatever ``ZOO_DEVICE`` says: it builds CPU tensors and checks
+  validation, formats, the CLI or math whose outcome does not depend on the device, and a fit that
+  defaulted to ``ZOO_DEVICE`` would only meet its CPU data with a device-mismatch error.
+  ``ZOO_DEVICE_TESTS_ONLY=1`` deselects the others (``benchmarks/gpu_check.sh`` sets it, so the CUDA run
+  finishes inside its time cap).
 * ``ZOO_DATA_DIR`` points at the shared data root.  Tests that need it use the ``data_dir``
   fixture: without a data root they *skip* (saying why) on a newcomer's machine, but under
   ``ZOO_REQUIRE_DATA=1`` (set by ``.ci/run``) a missing data root *fails* loudly.
@@ -23,6 +30,34 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(int(os.environ.get("ZOO_NUM_THREADS", "1")))
 
 
+_SUITE_DEVICE = os.environ.get("ZOO_DEVICE", "cpu")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """``ZOO_FAILURE_LOG=PATH``: each failure's traceback is appended to PATH as it happens (not only in the
+    summary at the end), so a suite stopped at a time cap (``benchmarks/gpu_check.sh``) still says why."""
+    path = os.environ.get("ZOO_FAILURE_LOG")
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:  # once, in the controller
+        with open(path, "a") as f:
+            f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("ZOO_DEVICE_TESTS_ONLY") != "1":
+        return
+    keep = [it for it in items if "device" in getattr(it, "fixturenames", ())]
+    kept = {id(it) for it in keep}
+    config.hook.pytest_deselected(items=[it for it in items if id(it) not in kept])
+    items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _device_of_the_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests that do not take ``device`` run on the CPU (``ZOO_DEVICE=cpu`` for their fits and CLI calls)."""
+    if "device" not in request.fixturenames and _SUITE_DEVICE != "cpu":
+        monkeypatch.setenv("ZOO_DEVICE", "cpu")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_pyro_state():
     pyro.clear_param_store()
@@ -34,7 +69,7 @@ def _fresh_pyro_state():
 
 @pytest.fixture(scope="session")
 def device() -> torch.device:
-    name = os.environ.get("ZOO_DEVICE", "cpu")
+    name = _SUITE_DEVICE
     if name.startswith("cuda") and not torch.cuda.is_available():
         pytest.skip("ZOO_DEVICE=cuda but CUDA is not available")
     return torch.device(name)

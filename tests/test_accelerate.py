@@ -21,10 +21,12 @@ def _data(n: int = 60, d: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.T
     return x.float(), y.float()  # the dtype the loop fits in, so a sweep here sees the same data
 
 
-def _fit(name: str, accelerate: str | None, steps: int, tol: float | None = None, hidden=(3,), **options):
-    x, y = _data()
+def _fit(name: str, accelerate: str | None, steps: int, tol: float | None = None, hidden=(3,), device=None,
+         **options):
+    x, y = (t.to(device) for t in _data())
     model, guide, _ = build(name, x.shape[1], 1, "regression", hidden=hidden, seed=0, **options)
-    cfg = {"steps": steps, "tol": tol, "patience": 1, "seed": 0, "progress": False, "accelerate": accelerate}
+    cfg = {"steps": steps, "tol": tol, "patience": 1, "seed": 0, "progress": False, "accelerate": accelerate,
+           "device": device}
     res = fit(model, guide, x, y, **cfg)
     return res, x, y
 
@@ -32,23 +34,23 @@ def _fit(name: str, accelerate: str | None, steps: int, tol: float | None = None
 def _state(res) -> np.ndarray:
     named = sorted(res.guide.named_buffers())
     bufs = [b.detach().double().flatten() for _, b in named if b.is_floating_point()]
-    return torch.cat(bufs).numpy()
+    return torch.cat(bufs).cpu().numpy()
 
 
-def test_accelerated_fixed_point_equals_the_plain_one_on_conjugate_regression() -> None:
-    plain, _, _ = _fit("blr-cavi", None, 3000, tol=1e-14, hidden=())
-    fast, _, _ = _fit("blr-cavi", "squarem", 1000, tol=1e-14, hidden=())
+def test_accelerated_fixed_point_equals_the_plain_one_on_conjugate_regression(device) -> None:
+    plain, _, _ = _fit("blr-cavi", None, 3000, tol=1e-14, hidden=(), device=device)
+    fast, _, _ = _fit("blr-cavi", "squarem", 1000, tol=1e-14, hidden=(), device=device)
     assert fast.converged and plain.converged
     assert fast.elbo[-1] == pytest.approx(plain.elbo[-1], abs=1e-8 * abs(plain.elbo[-1]))
     np.testing.assert_allclose(_state(fast), _state(plain), atol=1e-8, rtol=1e-6)
 
 
-def test_accelerated_bowtie_reaches_a_fixed_point_of_the_plain_sweep() -> None:
+def test_accelerated_bowtie_reaches_a_fixed_point_of_the_plain_sweep(device) -> None:
     """GVBNN 3-2-1 on 60 rows: SQUAREM converges (relative ELBO change 1e-13) where as many plain sweeps are
     still climbing; one plain sweep from the accelerated fixed point changes the ELBO by less than 1e-10
     relative and moves no entry by more than 1e-5.  (The state is pinned less tightly than the ELBO: the
     bow-tie's ELBO is flat to 1e-12 along a direction in which a sweep still moves entries by ~6e-7.)"""
-    fast, x, y = _fit("bowtie", "squarem", 1000, tol=1e-13, hidden=(2,), gaussian_prior=True)
+    fast, x, y = _fit("bowtie", "squarem", 1000, tol=1e-13, hidden=(2,), gaussian_prior=True, device=device)
     assert fast.converged, fast.elbo[-3:]
     sweeps = fast.loop_state["sweeps"]
     before = _state(fast)
@@ -57,7 +59,7 @@ def test_accelerated_bowtie_reaches_a_fixed_point_of_the_plain_sweep() -> None:
         again = fast.guide.closed_form_elbo(fast.model, x, y)
     np.testing.assert_allclose(_state(fast), before, atol=1e-5, rtol=1e-6)
     assert again == pytest.approx(fast.elbo[-1], abs=1e-10 * abs(again))
-    plain, _, _ = _fit("bowtie", None, sweeps, hidden=(2,), gaussian_prior=True)
+    plain, _, _ = _fit("bowtie", None, sweeps, hidden=(2,), gaussian_prior=True, device=device)
     assert plain.elbo[-1] < fast.elbo[-1] - 1.0  # the plain iteration is still nats below
 
 

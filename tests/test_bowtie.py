@@ -244,24 +244,25 @@ def test_kl_of_the_non_reparameterized_factors_against_monte_carlo():
         kl_divergence(PolyaGamma(*t(2.0, 1.0)), PolyaGamma(*t(1.0, 1.0)))
 
 
-def test_fit_through_training_loop_and_predict():
+def test_fit_through_training_loop_and_predict(device):
     """zoo.infer.loop.fit drives the CAVI sweeps (closed_form_update each step); the recorded ELBO is
     monotone and
     the test-time local updates (§3.5) recover the toy function."""
-    x, y = toy(150)
+    x, y = (t.float().to(device) for t in toy(150))
     m = BowtieModel(2, (20,), 1, noise_rate=None, auto_bias_scale=True, auto_delta_glob=True)
     g = BowtieCAVIGuide(m)
-    res = fit(m, g, x.float(), y.float(), steps=40, tol=1e-6, progress=False, seed=0)
+    res = fit(m, g, x, y, steps=40, tol=1e-6, progress=False, seed=0, device=device)
     e = np.array(res.elbo)
     assert np.all(np.diff(e) > -1e-7 * np.abs(e[1:]))
     xt = torch.rand(200, 2, dtype=torch.float32) * 3.6 - 1.8
-    pred = res.predict(xt, num_samples=50)
+    pred = res.predict(xt.to(device), num_samples=50)
+    assert pred.mean.device.type == device.type
     truth = torch.tensor(bowtie_mean(xt[:, 0].double().numpy()))
-    rmse = float(((pred.mean.double() - truth) ** 2).mean().sqrt())
+    rmse = float(((pred.mean.cpu().double() - truth) ** 2).mean().sqrt())
     assert pred.mean.dtype == torch.float32 and pred.var.shape == (200,)
     assert rmse < 0.6, rmse  # noise sd is sqrt(0.5) = 0.71; the function spans about +-9
     assert float(pred.var.mean()) > 0.3  # includes E[eta^2_out] ~ 0.5
-    post = Predictive(m, guide=g, num_samples=4)(xt[:5])  # globals from q, test locals from the model
+    post = Predictive(m, guide=g, num_samples=4)(xt[:5].to(device))  # globals from q, test locals: model
     assert post["obs"].shape == (4, 5)
 
 

@@ -26,8 +26,8 @@ def _state(result):
 
 
 @pytest.mark.parametrize("batch_size", [None, 16])
-def test_resume_equals_uninterrupted_run(tmp_path, batch_size):
-    x, y = blr_data(n=64, d=4, dtype=torch.float32)
+def test_resume_equals_uninterrupted_run(tmp_path, batch_size, device):
+    x, y = blr_data(n=64, d=4, dtype=torch.float32, device=device)
     k = 15
     m, g, spec = build("mfvi-bnn", 4, 1, "regression", hidden=[6])
     full = fit(m, g, x, y, steps=2 * k, batch_size=batch_size, seed=11, progress=False, spec=spec)

@@ -323,15 +323,14 @@ def test_learned_hyperparameters_are_the_bound_optimum(kind):
 
 
 @pytest.mark.parametrize("guide_cls", [CollapsedBoundGuide, HierarchicalCollapsedGuide])
-def test_fit_predict_checkpoint_arviz(tmp_path, guide_cls):
+def test_fit_predict_checkpoint_arviz(tmp_path, guide_cls, device):
     from zoo.experiments.registry import build
 
-    x, y = _data()
-    x, y = x.float(), y.float()
+    x, y = (t.float().to(device) for t in _data())
     name = "hierarchical" if guide_cls is HierarchicalCollapsedGuide else "collapsed"
     model, guide, spec = build("cmv-bnn", 2, 1, "regression", hidden=(4,), guide=name)
     assert isinstance(guide, guide_cls)
-    res = fit(model, guide, x, y, steps=30, lr=1e-2, progress=False, spec=spec)
+    res = fit(model, guide, x, y, steps=30, lr=1e-2, progress=False, spec=spec, device=device)
     assert all(math.isfinite(e) for e in res.elbo)
     p1 = res.predict(x[:5], num_samples=20, seed=3)
     save(res, tmp_path / "c.pt")

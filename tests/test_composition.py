@@ -187,11 +187,15 @@ def test_abstract_interfaces_name_the_missing_method():
         def param_specs(self):
             return []
 
-    with _pytest.raises(TypeError, match="HalfPrior with abstract method sample_params"):
+    def names(cls: str, *methods: str) -> str:  # Python 3.11 and 3.12+ word the abc error differently
+        listed = ", ".join(f"'?{m}'?" for m in methods)
+        return f"{cls} (with|without an implementation for) abstract methods? {listed}"
+
+    with _pytest.raises(TypeError, match=names("HalfPrior", "sample_params")):
         HalfPrior()
-    with _pytest.raises(TypeError, match="HalfGuide with abstract method closed_form_update"):
+    with _pytest.raises(TypeError, match=names("HalfGuide", "closed_form_update")):
         HalfGuide()
-    with _pytest.raises(TypeError, match="HalfLikelihood with abstract method distribution"):
+    with _pytest.raises(TypeError, match=names("HalfLikelihood", "distribution")):
         HalfLikelihood()
-    with _pytest.raises(TypeError, match="HalfArchitecture with abstract methods config, forward"):
+    with _pytest.raises(TypeError, match=names("HalfArchitecture", "config", "forward")):
         HalfArchitecture()

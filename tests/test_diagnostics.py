@@ -18,12 +18,14 @@ matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")
-def regression_fit():
+def regression_fit(device):
+    """A fit on the suite's device (the export must bring every array to the host)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(80, 3, generator=g)
     y = torch.sin(x[:, 0]) + 0.1 * torch.randn(80, generator=g)
+    x, y = x.to(device), y.to(device)
     m, gd, spec = build("mfvi-bnn", 3, 1, "regression", hidden=[8])
-    return fit(m, gd, x, y, steps=200, lr=0.02, progress=False, spec=spec), x, y
+    return fit(m, gd, x, y, steps=200, lr=0.02, progress=False, spec=spec, device=device), x, y
 
 
 def test_groups_dims_and_shapes(regression_fit):
@@ -39,8 +41,8 @@ def test_groups_dims_and_shapes(regression_fit):
     assert idata.log_likelihood["obs"].shape == (1, 40, 80)
     assert idata.posterior_predictive["obs"].shape == (1, 40, 80)
     assert idata.predictions["obs"].shape == (1, 40, 30)
-    np.testing.assert_allclose(idata.observed_data["obs"].values, y.numpy())
-    np.testing.assert_allclose(idata.predictions_constant_data["y"].values, y[:30].numpy())
+    np.testing.assert_allclose(idata.observed_data["obs"].values, y.cpu().numpy())
+    np.testing.assert_allclose(idata.predictions_constant_data["y"].values, y[:30].cpu().numpy())
     np.testing.assert_allclose(post.attrs["elbo_trace"], res.elbo)
     assert post.attrs["inference"] == "variational" and post.attrs["steps"] == 200
 

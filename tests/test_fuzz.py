@@ -248,6 +248,14 @@ _BUILD_BAD = st.one_of(
 )
 
 
+@pytest.mark.parametrize("hidden", ["", b"", "20", 3.0, [4, "x"]])
+def test_build_rejects_hidden_that_is_not_a_list_of_widths(hidden):
+    """Found by this file's fuzzer with another seed: ``hidden=""`` used to build a network without a hidden
+    layer."""
+    with pytest.raises(TypeError, match="hidden"):
+        zoo.build("mfvi-bnn", D, 1, "regression", hidden=hidden)
+
+
 @FUZZ
 @given(bad=_BUILD_BAD)
 def test_build_rejects_bad_input(bad):

@@ -107,11 +107,11 @@ def test_autoguide_runs_on_the_horseshoe_prior():
 @pytest.mark.parametrize(
     "guide_name", ["factorized", "structured", "tied", "semi-structured"], ids=lambda s: s
 )
-def test_checkpoint_round_trip(tmp_path, guide_name):
-    x, y = small_data()
+def test_checkpoint_round_trip(tmp_path, guide_name, device):
+    x, y = (t.to(device) for t in small_data())
     pyro.set_rng_seed(0)
     model, guide, spec = build("reg-hs-bnn", 3, 1, "regression", hidden=[4], guide=guide_name)
-    r = fit(model, guide, x, y, steps=6, lr=5e-3, batch_size=32, progress=False, spec=spec)
+    r = fit(model, guide, x, y, steps=6, lr=5e-3, batch_size=32, progress=False, spec=spec, device=device)
     path = tmp_path / "ckpt.pt"
     checkpoint.save(r, path)
     r2 = checkpoint.load(path)
@@ -130,7 +130,7 @@ def test_checkpoint_round_trip(tmp_path, guide_name):
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
     model3, guide3, _ = build("reg-hs-bnn", 3, 1, "regression", hidden=[4], guide=guide_name)
-    r3 = fit(model3, guide3, x, y, steps=10, lr=5e-3, batch_size=32, progress=False, spec=spec)
+    r3 = fit(model3, guide3, x, y, steps=10, lr=5e-3, batch_size=32, progress=False, spec=spec, device=device)
     assert r2.elbo == pytest.approx(r3.elbo, rel=1e-5)
 
 

@@ -49,12 +49,12 @@ def _data(n: int = 24, d: int = 2):
 
 
 @pytest.mark.parametrize("cell", OK, ids=_id)
-def test_checked_pair_fits_and_predicts(cell):
+def test_checked_pair_fits_and_predicts(cell, device):
     model, guide, spec = cell.pairing.build()
     assert isinstance(guide, tuple(m.cls for m in cell.guide.members)), type(guide).__name__
     assert type(model.prior).__name__ in cell.prior.prior
-    x, y = _data()
-    res = fit(model, guide, x, y, steps=20, lr=1e-2, progress=False, seed=0, spec=spec,
+    x, y = (t.to(device) for t in _data())
+    res = fit(model, guide, x, y, steps=20, lr=1e-2, progress=False, seed=0, spec=spec, device=device,
               loss=cell.pairing.loss(model, guide))  # fmt: skip
     assert len(res.elbo) == 20 and all(math.isfinite(v) for v in res.elbo)
     pred = res.predict(x[:7], num_samples=4, seed=0)

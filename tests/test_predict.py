@@ -14,18 +14,18 @@ from zoo.infer.predict import log_likelihood, posterior_samples, predict
 from .helpers import blr_data
 
 
-def _blr_fit():
-    x, y = blr_data(n=80, dtype=torch.float64)
+def _blr_fit(device: torch.device | None = None):
+    x, y = (t.to(device) for t in blr_data(n=80, dtype=torch.float64))
     m, g, spec = build("blr-cavi", 3, 1, "regression")
     m, g = m.double(), g.double()
-    return fit(m, g, x, y, steps=50, progress=False), x, y
+    return fit(m, g, x, y, steps=50, progress=False, device=device), x, y
 
 
-def test_predictive_moments_match_the_closed_form():
+def test_predictive_moments_match_the_closed_form(device):
     """y* | x ~ E_q: mean x^T m, variance E[sigma^2] + x^T S x (law of total variance)."""
-    res, x, _ = _blr_fit()
+    res, x, _ = _blr_fit(device)
     g = res.guide
-    xs = torch.linspace(-2, 2, 7, dtype=torch.float64).unsqueeze(-1).expand(7, 3).contiguous()
+    xs = torch.linspace(-2, 2, 7, dtype=torch.float64, device=device).unsqueeze(-1).expand(7, 3).contiguous()
     s = 20000
     p = predict(res, xs, num_samples=s, sample_chunk=5000, seed=0)
     cov = g.scale_tril @ g.scale_tril.T
@@ -39,8 +39,8 @@ def test_predictive_moments_match_the_closed_form():
     assert p.loc.shape == (s, 7) and p.scale.shape == (s, 7)
 
 
-def test_chunking_over_data_does_not_change_draws():
-    res, x, y = _blr_fit()
+def test_chunking_over_data_does_not_change_draws(device):
+    res, x, y = _blr_fit(device)
     a = predict(res, x, num_samples=30, sample_chunk=10, data_chunk=1000, seed=4, return_samples=True)
     b = predict(res, x, num_samples=30, sample_chunk=10, data_chunk=7, seed=4, return_samples=True)
     assert torch.equal(a.loc, b.loc) and torch.allclose(a.mean, b.mean) and torch.allclose(a.var, b.var)
@@ -50,8 +50,8 @@ def test_chunking_over_data_does_not_change_draws():
     assert ll1.shape == (12, 80) and torch.allclose(ll1, ll2)
 
 
-def test_loglik_matches_gaussian_density_and_target_scaling():
-    res, x, y = _blr_fit()
+def test_loglik_matches_gaussian_density_and_target_scaling(device):
+    res, x, y = _blr_fit(device)
     res.config.update(y_mean=3.0, y_std=2.0)  # pretend the fit was on (y - 3) / 2
     p = predict(res, x[:5], num_samples=4, seed=2)
     ll = log_likelihood(res, x[:5], 3.0 + 2.0 * y[:5], num_samples=4, seed=2)
@@ -85,14 +85,14 @@ def test_binary_and_posterior_samples():
     assert not any(k.endswith("_unconstrained") for k in draws)
 
 
-def test_predict_bad_input():
-    res, x, y = _blr_fit()
+def test_predict_bad_input(device):
+    res, x, y = _blr_fit(device)
     with pytest.raises(ValueError, match="features"):
         predict(res, x[:, :2])
     with pytest.raises(ValueError, match="x"):
         predict(res, x[:, 0])
     with pytest.raises(TypeError, match="x"):
-        predict(res, x.numpy())
+        predict(res, x.cpu().numpy())
     bad = x.clone()
     bad[1, 1] = math.inf
     with pytest.raises(ValueError, match="NaN or inf"):

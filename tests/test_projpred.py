@@ -18,7 +18,7 @@ B = torch.tensor([0.5, -0.3, 0.0])
 V = torch.tensor([1.5, -2.0, 1.0])
 
 
-def _planted(n: int = 200, seed: int = 0):
+def _planted(n: int = 200, seed: int = 0, device: torch.device | None = None):
     """A 4-8-1 ReLU network with three planted units (0, 1, 2) and five that a projection can drop at no
     cost: unit 3 duplicates unit 0 and shares its output weight, units 4-5 have output weight 0, units 6-7
     never fire (bias -100).  Fitted with the delta guide at these weights (``steps=0``)."""
@@ -29,8 +29,9 @@ def _planted(n: int = 200, seed: int = 0):
     w1 = torch.tensor([[V[0] / 2, V[1], V[2], V[0] / 2, 0.0, 0.0, 3.0, -1.0]])
     f = torch.relu(x @ W.T + B) @ V
     y = f + 0.1 * torch.randn(n, generator=g)
+    x, y = x.to(device), y.to(device)
     model, guide, _ = build("mfvi-bnn", 4, 1, "regression", hidden=[8], guide="delta", seed=0)
-    result = fit(model, guide, x, y, steps=0, progress=False)
+    result = fit(model, guide, x, y, steps=0, progress=False, device=device)
     with result.activate():
         guide(x, y)
         params = dict(guide.named_parameters())
@@ -42,8 +43,8 @@ def _planted(n: int = 200, seed: int = 0):
 
 
 @pytest.mark.parametrize("rule", ["nll", "se", "kl"])
-def test_planted_network_keeps_exactly_the_planted_units(rule: str) -> None:
-    result, x, y = _planted()
+def test_planted_network_keeps_exactly_the_planted_units(rule: str, device) -> None:
+    result, x, y = _planted(device=device)
     pp = projpred_units(result, x, y, ProjpredConfig(num_draws=8, rule=rule))
     assert len(pp.kept) == 3 and {1, 2} <= set(pp.kept) and len({0, 3} & set(pp.kept)) == 1, pp.kept
     removed = [p["removed"] for p in pp.path[1:6]]
@@ -221,3 +222,18 @@ def test_spread_report_summarizes_the_units_kept(monkeypatch, capsys, benchmark_
     with pytest.raises(SystemExit):
         mod.main(["--seeds", "0", "--dataset", "uci:yacht"])
     assert "needs ZOO_DATA_DIR" in capsys.readouterr().err
+
+
+def test_se_rule_treats_round_off_as_no_loss() -> None:
+    """On a GPU a lossless removal measured delta_elpd -5.7e-6 with se 3.4e-6 over 200 points (round-off
+    of the same size as its own standard error): the "se" rule must keep going; a real loss still stops it."""
+    from zoo.sparsity.projpred import _select
+
+    def step(size, removed, delta, se):
+        return {"size": size, "removed": removed, "kl": 0.0, "delta_elpd": delta, "se": se, "n": 200}
+
+    path = [step(4, None, -3.7e-6, 3.3e-6), step(3, 3, -5.7e-6, 3.4e-6), step(2, 0, -516.0, 17.0),
+            step(1, 1, -639.0, 18.6)]  # fmt: skip
+    assert _select(path, ProjpredConfig(rule="se")) == [0, 1, 2]  # unit 3 goes, unit 0 stays
+    small = [step(2, 0, -1e-4, 1e-4), step(1, 1, -2e-3, 1e-4)]  # within z * se, then 1e-5 nats/point more
+    assert _select(path[:2] + small, ProjpredConfig(rule="se")) == [1, 2]

@@ -68,7 +68,7 @@ def sample_locals(loc: Locals, x: Tensor, subsample: Tensor | None) -> None:
     """The local sites at the training inputs ``x`` (rows ``subsample``), in ``x``'s dtype, in the model's
     data plate (:class:`zoo.families.bowtie.model.BowtieModel`)."""
     dt = x.dtype
-    with pyro.plate("data", x.shape[0], subsample=subsample) as idx:
+    with pyro.plate("data", x.shape[0], subsample=subsample, device=x.device) as idx:  # idx on x.device
         h = x if subsample is None else x.index_select(0, idx)
         for k in range(len(loc.rho)):
             sel = [v[k].index_select(0, idx).to(dt) for v in (loc.rho, loc.A, loc.S, loc.t, loc.M)]

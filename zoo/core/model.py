@@ -59,7 +59,7 @@ class BayesianModel(PyroModule):
     def forward(self, x: Tensor, y: Tensor | None = None, subsample: Tensor | None = None) -> Tensor:
         params = self.prior.sample_params(self._specs)
         latents = self.likelihood.sample_latents()
-        with pyro.plate("data", x.shape[0], subsample=subsample) as idx:
+        with pyro.plate("data", x.shape[0], subsample=subsample, device=x.device) as idx:
             xb = x if subsample is None else x.index_select(0, idx)
             yb = y if (y is None or subsample is None) else y.index_select(0, idx)
             f = self.architecture(xb, params)

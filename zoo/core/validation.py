@@ -135,7 +135,7 @@ def check_probability(name: str, value: object, *, allow_one: bool = False) -> f
 def check_widths(name: str, value: object) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
-    if not isinstance(value, Sequence) or isinstance(value, str):
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of ints, got {type(value).__name__}")
     out = []
     for v in value:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from zoo.core.build_seed import check_build_seed, mark_fresh, seeded_rng
 from zoo.core.config import Config
 from zoo.core.model import BayesianModel
+from zoo.core.validation import check_widths
 
 __all__ = [
     "ModelEntry",
@@ -286,7 +287,7 @@ def build(
     guide_name = entry.default_guide if guide is None else guide  # "" is not a guide
     if guide_name not in entry.guides:
         raise ValueError(f"guide: {name} offers guides {list(entry.guides)}, not {guide_name!r}")
-    hidden = tuple(entry.default_hidden if hidden is None else hidden)
+    hidden = tuple(entry.default_hidden) if hidden is None else check_widths("hidden", hidden)
     if entry.options is not None:
         entry.options.from_dict(options, what=f"options of {name}")
     guide_options = dict(guide_options or {})

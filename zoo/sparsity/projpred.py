@@ -28,8 +28,11 @@ Doshi-Velez 2019, arXiv:1705.10388, is meant to reveal):
   - ``"nll"`` (default): ``delta_elpd / N >= -nll_tol`` — the pruned predictive loses at most ``nll_tol``
     nats of log density per training point (0.01 by default) against the full model;
   - ``"se"``: ``delta_elpd >= -z * se`` with ``se`` the standard error of the pointwise differences
-    (projpred's rule, Piironen & Vehtari 2017 §3.3).  In-sample it is strict: every removal costs a little on
-    every point, so ``se`` is small and the rule keeps units whose loss is a few hundredths of a nat in all;
+    (projpred's rule, Piironen & Vehtari 2017 §3.3), less a slack of 1e-6 nats per training point: a
+    projection that loses nothing differs from the reference only by rounding and the 1e-8 ridge, and then
+    ``delta_elpd`` and ``se`` are both noise of that size, compared at random.  In-sample the rule is
+    strict: every removal costs a little on every point, so ``se`` is small and the rule keeps units whose
+    loss is a few hundredths of a nat in all;
   - ``"kl"``: mean projection KL per training point at most ``kl_tol``.
 
 Works for every family whose guide draws the network's weights through the model's prior sites (Gaussian BNN,
@@ -316,8 +319,8 @@ def _select(path: list[dict], cfg: ProjpredConfig) -> list[int]:
     for i, p in enumerate(path):
         if cfg.rule == "kl":
             ok = p["kl"] <= cfg.kl_tol
-        elif cfg.rule == "se":  # with 1e-6 nats for the refit's rounding (and its 1e-8 ridge)
-            ok = p["delta_elpd"] >= -cfg.z * p["se"] - 1e-6
+        elif cfg.rule == "se":  # losses under 1e-6 nats per point are the refit's rounding and 1e-8 ridge
+            ok = p["delta_elpd"] >= -cfg.z * p["se"] - 1e-6 * n
         else:
             ok = p["delta_elpd"] / n >= -cfg.nll_tol
         if ok:

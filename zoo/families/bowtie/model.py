@@ -170,7 +170,7 @@ class BowtieModel(BayesianModel):
         latents = self.likelihood.sample_latents()
         arch = self.architecture
         temp = self.temperature
-        with pyro.plate("data", x.shape[0], subsample=subsample) as idx:
+        with pyro.plate("data", x.shape[0], subsample=subsample, device=x.device) as idx:
             h = x if subsample is None else x.index_select(0, idx)
             yb = y if (y is None or subsample is None) else y.index_select(0, idx)
             for k in range(self.num_hidden):
