@@ -226,7 +226,7 @@ def test_store_round_trip_refuses_overwrite_and_stays_whole(tmp_path):
 
 
 def test_instances_are_pinned_and_validated():
-    assert len(INSTANCES) >= 8 and sum(i.method == "enumeration" for i in INSTANCES.values()) == 3
+    assert len(INSTANCES) >= 8 and sum(i.method == "enumeration" for i in INSTANCES.values()) == 7
     for inst in INSTANCES.values():
         assert inst.method == "enumeration" or inst.sampler.chains >= 4
     with pytest.raises(ValueError, match="unknown reference instance 'nope'"):
