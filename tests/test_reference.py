@@ -321,3 +321,14 @@ def test_cli_reference_list_compute_score(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([*argv, "--root", root, "--overwrite"])
     assert e.value.code == 2 and "test inputs differ" in capsys.readouterr().err
+
+
+def test_enumerated_inclusion_probabilities_stay_in_the_unit_interval():
+    """A covariate that is certainly in the model gets PIP 1 exactly, not 1 + 2e-16 (the softmax-weighted
+    mean of 0/1 rounds above 1 on 16 of 40 such designs; inclusion scores refuse values outside [0, 1])."""
+    for seed in (1, 4, 5):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(277, 6, generator=g, dtype=torch.float64)
+        y = 3 * x[:, 5] + 0.3 * torch.randn(277, generator=g, dtype=torch.float64)
+        pip = enumerate_spike_slab(x, y, SpikeSlabLinear()).pip
+        assert pip.max() == 1.0 and pip.min() >= 0.0, pip

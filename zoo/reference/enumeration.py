@@ -307,7 +307,7 @@ def enumerate_spike_slab(
     f = total.get("f")
     var_f = None if f is None else (total["f2"] - f**2).clamp_min(0.0)
     return EnumerationResult(
-        pip=total["pip"].numpy(),
+        pip=total["pip"].clamp(0.0, 1.0).numpy(),  # a weighted mean of 0/1 can round to 1 + 2e-16
         model_probs=probs,
         top_models=top,
         log_evidence=log_ev,
