@@ -45,9 +45,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("ZOO_DEVICE_TESTS_ONLY") != "1":
         return
-    keep = [it for it in items if "device" in getattr(it, "fixturenames", ())]
-    kept = {id(it) for it in keep}
-    config.hook.pytest_deselected(items=[it for it in items if id(it) not in kept])
+    keep, drop = [], []
+    for it in items:
+        (keep if "device" in getattr(it, "fixturenames", ()) else drop).append(it)
+    config.hook.pytest_deselected(items=drop)
     items[:] = keep
 
 
