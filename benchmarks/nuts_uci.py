@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.experiments.cli import _parse_splits
+from zoo.experiments.cli_common import parse_splits
 from zoo.experiments.reproduce import run_protocol
 from zoo.experiments.runs import dumps_json
 from zoo.io import atomic_write_text
@@ -80,6 +80,19 @@ def _rows(runs: Path, protocol: str) -> list[dict]:
         {"protocol": protocol, **r, "cpu_seconds": round(sum(r.get("chain_cpu_seconds", [])), 1)}
         for r in rows
     ]
+
+
+def _key(r: dict) -> tuple:
+    return (r["protocol"], r["model"], r["dataset"], r["split"])
+
+
+def _merge_rows(rows: list[dict], earlier: Path) -> list[dict]:
+    """``rows`` with the committed rows of ``earlier`` that no row of this invocation replaces, so a run into
+    a fresh ``--runs`` folder (or two runs side by side, on disjoint splits) adds to the results."""
+    kept = json.loads(earlier.read_text())["rows"] if earlier.exists() else []
+    new = {_key(r) for r in rows}
+    merged = [r for r in kept if _key(r) not in new] + rows
+    return sorted(merged, key=lambda r: (r["protocol"] != "mfvi-uci", r["dataset"], r["split"]))
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -171,15 +184,15 @@ def main(argv: list[str] | None = None) -> int:
             run_protocol(
                 protocol,
                 runs,
-                splits=_parse_splits(splits),
+                splits=parse_splits(splits),
                 variants=["nuts"],
                 overrides=overrides,
                 merge=True,
                 command=command,
                 progress=True,
             )
-    rows = _rows(runs, "mfvi-uci") + _rows(runs, "hs-uci")
     earlier = RESULTS / "nuts-uci.json"
+    rows = _merge_rows(_rows(runs, "mfvi-uci") + _rows(runs, "hs-uci"), earlier)
     history = _history(earlier)
     doc = {
         "command": command,
@@ -191,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             f"layer of 50 ReLU units, HL&A standard splits; {a.chains} chains x ({a.warmup} warm-up + "
             f"{a.samples} draws), tree depth <= {a.max_tree_depth}; metrics on the original scale averaging "
             "every draw. mfvi-bnn = paper 000's HMC model (hierarchical_scale: W ~ N(0, gamma/sqrt(fan_in)), "
-            "gamma ~ IG(2,1)); hs-bnn = the non-centered horseshoe BNN of paper 004."
+            "gamma ~ IG(2,1), noise variance ~ IG(2, 0.5)); hs-bnn = the non-centered horseshoe BNN of "
+            "paper 004 with the registry's default priors (noise precision ~ Gamma(1, 0.01), not the "
+            "Gamma(6, 6) of hs-uci's variational rows)."
         ),
         "summary": _summary(rows),
         "rows": rows,

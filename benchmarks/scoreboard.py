@@ -12,11 +12,14 @@ Monte Carlo error).
 
 Every finished fit is journaled to ``OUT/scoreboard.partial.jsonl`` (one line per instance, spec and seed),
 so an interrupted run resumes where it stopped; a fit that raises is recorded with its error and skipped.
+The rendered ``scoreboard.json`` keeps every fit's row too, and a render merges the journal into it (rows the
+journal redoes are replaced), so a run on a fresh checkout or on a subset of the instances adds to the board.
 
 Usage::
 
     python benchmarks/scoreboard.py [--seeds 5] [--steps N] [--instances a,b] [--models m1,m2]
-                                    [--out benchmarks/results] [--root benchmarks/reference] [--render-only]
+                                    [--guides g1,g2] [--out benchmarks/results]
+                                    [--root benchmarks/reference] [--render-only]
 """
 
 from __future__ import annotations
@@ -36,14 +39,14 @@ import numpy as np
 logger = logging.getLogger("scoreboard")
 
 
-def _specs(inst, models: set[str] | None) -> list[tuple[str, str]]:
+def _specs(inst, models: set[str] | None, guides: set[str] | None = None) -> list[tuple[str, str]]:
     from zoo.experiments.registry import get_entry
 
     out = []
     for model in inst.scored:
         if models and model not in models:
             continue
-        out.extend((model, guide) for guide in get_entry(model).guides)
+        out.extend((model, g) for g in get_entry(model).guides if not guides or g in guides)
     return out
 
 
@@ -67,10 +70,11 @@ def _run(args: argparse.Namespace, journal: Path) -> None:
     if args.instances:
         names = [n for n in names if n in args.instances.split(",")]
     models = set(args.models.split(",")) if args.models else None
+    guides = set(args.guides.split(",")) if args.guides else None
     with open(journal, "a") as fh:
         for name in names:
             inst, ref = INSTANCES[name], load_reference(args.root, name)
-            for model, guide in _specs(inst, models):
+            for model, guide in _specs(inst, models, guides):
                 for seed in range(args.seeds):
                     if (name, model, guide, seed) in done:
                         continue
@@ -158,16 +162,19 @@ def _floor(arrays: dict) -> dict[str, float]:
     return {"w2": regression_scores(a, b)["w2"], "draws_per_half": float(half)}
 
 
-def _markdown(board: dict, metas: dict, floors: dict, command: str, steps: dict | None = None) -> str:
+def _markdown(board: dict, metas: dict, floors: dict, commands: list[str], steps: dict | None = None) -> str:
     lines = [
         "# Scoreboard: guides against reference posteriors",
         "",
-        f"Last command: `{command}` (each instance's training steps are in its heading).",
+        "Commands (each added its instances' fits to the board; training steps are in each heading):",
+        "",
+        *[f"* `{c}`" for c in commands],
+        "",
         "Reference store: `benchmarks/reference/` (`zoo reference list`).",
         "Headline: W2 of the predictive draws of y / train-target sd (regression) or total variation of",
         "P(y = 1) (binary); lower is better; mean ± sd over seeds.  Other columns: see",
         "`zoo/reference/score.py` (f: network output, only for guides of the reference's own model).",
-        "Every fit is journaled in `scoreboard.partial.jsonl` (the board may be filled over several runs);",
+        "Every fit is journaled in `scoreboard.partial.jsonl` and kept in `scoreboard.json`'s `rows`;",
         "*reference floor*: the reference's kept draws, first half against second half (NUTS: chains 0-1",
         "against 2-3), the Monte Carlo floor of the headline (about sqrt(2) times that of a full-size",
         "score).",
@@ -245,21 +252,55 @@ def _heatmap(board: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _fit_key(r: dict) -> tuple:
+    return (r["instance"], r["model"], r["guide"], r["seed"])
+
+
+def _merged(rows: list[dict], old: dict) -> tuple[list[dict], dict]:
+    """The journal's rows over the committed record ``old``: its per-fit ``rows`` that the journal does not
+    redo, and the cells of instances it holds no rows of (a record written before rows were kept), so a run
+    on a fresh checkout (no journal) or on a subset of instances adds to the board instead of replacing it."""
+    rows = list({_fit_key(r): r for r in rows}.values())  # a fit journaled twice counts once (the last)
+    fresh = {_fit_key(r) for r in rows}
+    rows = [r for r in old.get("rows", []) if _fit_key(r) not in fresh] + rows
+    have = {r["instance"] for r in rows}
+    carried = {n: cells for n, cells in old.get("board", {}).items() if n not in have}
+    return rows, carried
+
+
 def _render(args: argparse.Namespace, journal: Path, command: str) -> None:
     from zoo.experiments.runs import dumps_json
     from zoo.io import atomic_write_text
+    from zoo.reference.instances import INSTANCES
     from zoo.reference.store import load_reference
 
-    rows = _journal(journal)
-    refs = {n: load_reference(args.root, n) for n in {r["instance"] for r in rows}}
+    out = Path(args.out)
+    old = json.loads((out / "scoreboard.json").read_text()) if (out / "scoreboard.json").exists() else {}
+    rows, carried = _merged(_journal(journal), old)
+    names = [n for n in INSTANCES if n in carried or any(r["instance"] == n for r in rows)]
+    refs = {n: load_reference(args.root, n) for n in names}
     metas = {n: meta for n, (_, meta) in refs.items()}
     floors = {n: _floor(arrays) for n, (arrays, _) in refs.items()}
-    board = _aggregate(rows, metas)
-    out = Path(args.out)
-    record = {"command": command, "seeds": args.seeds, "steps": args.steps, "floors": floors, "board": board}
+    fresh = _aggregate(rows, metas)
+    board = {n: fresh[n] if n in fresh else carried[n] for n in names}
+    old_steps = old.get("instance_steps", {})
+    steps = {
+        n: sorted({r.get("steps") for r in rows if r["instance"] == n}, key=str) or old_steps.get(n, [None])
+        for n in names
+    }
+    commands = [*old.get("commands", [old["command"]] if "command" in old else []), command]
+    record = {
+        "command": command,
+        "commands": commands,
+        "seeds": args.seeds,
+        "steps": args.steps,
+        "instance_steps": steps,
+        "floors": floors,
+        "board": board,
+        "rows": rows,
+    }
     atomic_write_text(out / "scoreboard.json", dumps_json(record))
-    steps = {n: sorted({r.get("steps") for r in rows if r["instance"] == n}, key=str) for n in refs}
-    atomic_write_text(out / "scoreboard.md", _markdown(board, metas, floors, command, steps))
+    atomic_write_text(out / "scoreboard.md", _markdown(board, metas, floors, commands, steps))
     if board:
         _heatmap(board, out / "scoreboard.png")
 
@@ -272,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: each model's)")
     p.add_argument("--instances", default=None, help="comma-separated subset of the stored instances")
     p.add_argument("--models", default=None, help="comma-separated subset of the models")
+    p.add_argument("--guides", default=None, help="comma-separated subset of the guides")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--root", default=str(default_root()))
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")

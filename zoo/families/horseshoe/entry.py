@@ -249,8 +249,9 @@ register_protocol(
             "defaults differ); `density` from the pruning rule P(tau v < 1e-3) > 0.9; every fit also "
             "pruned by projection (`pp_units_kept`, `prune_delta_nll`, `prune_delta_rmse`, `prune_seconds`; "
             "zoo.sparsity).  Variant nuts (yacht, boston, splits 0-4; only with `--variants nuts`): NUTS "
-            "on the same non-centered hs-bnn, 4 chains x 500 warm-up + 500 draws, tree depth <= 8, metrics "
-            "from every draw."
+            "on the non-centered hs-bnn with the registry's default priors (noise precision Gamma(1, 0.01), "
+            "not the paper's noise model of the other variants), 4 chains x 500 warm-up + 500 draws, tree "
+            "depth <= 8, metrics from every draw."
         ),
         runs=_uci_runs,
         metrics=(
