@@ -249,6 +249,13 @@ _SELECTION_NOTE = "exact: 2^14 models; 200 train / 50 test rows"
 _LINEAR = SamplerSettings(target_accept=0.9)
 _LINEAR_NOTE = "linear (no hidden layer): the {} prior on the weights of a linear regression; all {} rows"
 
+
+def _linear(name: str, model: str, dataset: str, prior: str, n_train: int) -> ReferenceInstance:
+    """A ``*-linear`` instance: ``model``'s prior on a network without hidden layer, all training rows."""
+    note = _LINEAR_NOTE.format(prior, f"{n_train} training")
+    return _nuts(name, model, DataSpec(dataset), note, hidden=(), sampler=_LINEAR)
+
+
 INSTANCES: dict[str, ReferenceInstance] = {
     i.name: i
     for i in (
@@ -264,30 +271,9 @@ INSTANCES: dict[str, ReferenceInstance] = {
         _exact("ss-concrete", DataSpec("uci:concrete"), "exact: 2^8 models; standard split 0"),
         _exact("ss-wine", DataSpec("uci:wine-quality-red"), "exact: 2^11 models; standard split 0"),
         # linear instances of the collapsed (Tomczak et al. 2021) and N-GIG (Sheinkman & Wade 2025) priors
-        _nuts(
-            "cm-yacht-linear",
-            "cm-bnn",
-            DataSpec("uci:yacht"),
-            _LINEAR_NOTE.format("collapsed-mean (CM)", "277 training"),
-            hidden=(),
-            sampler=_LINEAR,
-        ),
-        _nuts(
-            "cmv-yacht-linear",
-            "cmv-bnn",
-            DataSpec("uci:yacht"),
-            _LINEAR_NOTE.format("collapsed mean-and-variance (CMV)", "277 training"),
-            hidden=(),
-            sampler=_LINEAR,
-        ),
-        _nuts(
-            "ngig-diabetes-linear",
-            "ngig-bnn",
-            DataSpec("diabetes"),
-            _LINEAR_NOTE.format("N-GIG", "398 training"),
-            hidden=(),
-            sampler=_LINEAR,
-        ),
+        _linear("cm-yacht-linear", "cm-bnn", "uci:yacht", "collapsed-mean (CM)", 277),
+        _linear("cmv-yacht-linear", "cmv-bnn", "uci:yacht", "collapsed mean-and-variance (CMV)", 277),
+        _linear("ngig-diabetes-linear", "ngig-bnn", "diabetes", "N-GIG", 398),
         _nuts(
             "gauss-221",
             "mfvi-bnn",
