@@ -7,7 +7,9 @@ For each stored instance, every guide of every model in the instance's ``scored`
 coverage; agreement / total variation; inclusion MAE / AUROC; sorted-κ MAE; sorted unit-norm W1).  The
 headline score of a regression instance is the W2 between the guide's and the reference's predictive draws of
 ``y`` divided by the training-target standard deviation (``w2_y/sd``: scale-free, so instances compare); of a
-binary instance the total variation of ``P(y = 1)``.  Lower is better; 0 is the reference itself (up to its
+binary instance the total variation of ``P(y = 1)``.  On 1-D instances every fit also keeps its predictive
+bands, drawn over the reference's into ``scoreboard-bands.png`` (``benchmarks/scoreboard_bands.py``).
+Lower is better; 0 is the reference itself (up to its
 Monte Carlo error).
 
 Every finished fit is journaled to ``OUT/scoreboard.partial.jsonl`` (one line per instance, spec and seed),
@@ -35,6 +37,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from scoreboard_bands import FIGURE, plot_bands
 
 logger = logging.getLogger("scoreboard")
 
@@ -91,6 +94,8 @@ def _run(args: argparse.Namespace, journal: Path) -> None:
                             model, guide, inst, ref, ScoreConfig(seeds=1, steps=args.steps, seed=seed)
                         )
                         row["scores"] = res["per_seed"][0]["scores"]
+                        if res["per_seed"][0].get("bands"):  # a 1-D toy: the bands of the figure
+                            row["bands"] = res["per_seed"][0]["bands"]
                     except Exception as e:  # a guide that fails is recorded, the board goes on
                         row["error"] = f"{type(e).__name__}: {e}"
                         logger.warning(
@@ -216,9 +221,9 @@ def _markdown(board: dict, metas: dict, floors: dict, commands: list[str], steps
                 ]
             else:
                 cols = [_fmt(c, "class", "total_variation"), _fmt(c, "class", "agreement")]
-            lines.append(
-                f"| {spec}{err} | {c['seeds']} | " + " | ".join(cols) + f" | {c['seconds_mean']:.0f} |"
-            )
+            secs = c["seconds_mean"]
+            secs = f"{secs:.0f}" if secs >= 10 else f"{secs:.2g}"
+            lines.append(f"| {spec}{err} | {c['seeds']} | " + " | ".join(cols) + f" | {secs} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -268,7 +273,7 @@ def _merged(rows: list[dict], old: dict) -> tuple[list[dict], dict]:
     return rows, carried
 
 
-def _render(args: argparse.Namespace, journal: Path, command: str) -> None:
+def _render(args: argparse.Namespace, journal: Path, command: str | None) -> None:
     from zoo.experiments.runs import dumps_json
     from zoo.io import atomic_write_text
     from zoo.reference.instances import INSTANCES
@@ -288,7 +293,9 @@ def _render(args: argparse.Namespace, journal: Path, command: str) -> None:
         n: sorted({r.get("steps") for r in rows if r["instance"] == n}, key=str) or old_steps.get(n, [None])
         for n in names
     }
-    commands = [*old.get("commands", [old["command"]] if "command" in old else []), command]
+    commands = [*old.get("commands", [old["command"]] if "command" in old else [])]
+    commands += [command] if command else []  # a re-render (--render-only) ran no fit
+    command = command or old.get("command", "")
     record = {
         "command": command,
         "commands": commands,
@@ -299,8 +306,16 @@ def _render(args: argparse.Namespace, journal: Path, command: str) -> None:
         "board": board,
         "rows": rows,
     }
+    drawn = plot_bands(rows, refs, out / FIGURE)
+    text = _markdown(board, metas, floors, commands, steps)
+    if drawn:
+        text += (
+            "\n## Predictive bands on the 1-D toys\n\nThe reference's mean of f and central 95 % interval of "
+            f"y (grey) under each guide's (first seed, blue) on {', '.join(drawn)}; dots: test targets.\n\n"
+            f"![predictive bands]({FIGURE})\n"
+        )
     atomic_write_text(out / "scoreboard.json", dumps_json(record))
-    atomic_write_text(out / "scoreboard.md", _markdown(board, metas, floors, commands, steps))
+    atomic_write_text(out / "scoreboard.md", text)
     if board:
         _heatmap(board, out / "scoreboard.png")
 
@@ -329,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/scoreboard.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if not args.render_only:
         _run(args, journal)
-    _render(args, journal, command.strip())
+    _render(args, journal, None if args.render_only else command.strip())
     return 0
 
 

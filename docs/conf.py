@@ -109,6 +109,9 @@ def _copy_results() -> None:
             shutil.copyfile(png, out / png.name)
             text += f"\n\n![{md.stem}](/results/generated/{png.name})\n"
         _write_if_changed(out / md.name, text)
+    for png in results.glob("*.png"):  # figures a table links to by name (scoreboard-bands.png)
+        if not (out / png.name).exists() or (out / png.name).read_bytes() != png.read_bytes():
+            shutil.copyfile(png, out / png.name)
     notes = readable((ROOT / "benchmarks" / "RESULTS.md").read_text())
     _write_if_changed(out / "RESULTS.md", notes.replace("](results/", "](/results/generated/"))
 

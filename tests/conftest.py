@@ -98,12 +98,16 @@ def data_dir() -> Path:
 
 
 @pytest.fixture
-def benchmark_script():
-    """A loader of ``benchmarks/NAME.py`` as a module (the scripts are not a package)."""
+def benchmark_script(monkeypatch):
+    """A loader of ``benchmarks/NAME.py`` as a module (the scripts are not a package; as when one runs as a
+    script, its siblings import)."""
     import importlib.util
 
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(folder))
+
     def load(name: str):
-        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        path = folder / f"{name}.py"
         spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)

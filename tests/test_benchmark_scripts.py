@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -13,8 +14,7 @@ SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py"))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_script_imports(name, benchmark_script, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # as when run as a script: siblings import
+def test_script_imports(name, benchmark_script):
     mod = benchmark_script(name)  # module-level imports run here; the work sits behind __main__
     public = not name.startswith("_")
     assert callable(getattr(mod, "main", None)) or not public, f"benchmarks/{name}.py has no main()"
@@ -76,6 +76,9 @@ def test_scoreboard_render_adds_to_the_committed_board(tmp_path, benchmark_scrip
     md = (tmp_path / "scoreboard.md").read_text()
     assert "* `first`" in md and "* `second`" in md and "## ss-diabetes" in md and "## ss-yacht" in md
     assert (tmp_path / "scoreboard.png").stat().st_size > 0
+    mod._render(args, journal, None)  # --render-only: no fit ran, no command is recorded
+    again = json.loads((tmp_path / "scoreboard.json").read_text())
+    assert again["commands"] == ["first", "second"] and again["command"] == "second"
 
 
 def test_scoreboard_specs_filter_models_and_guides(benchmark_script):
@@ -87,3 +90,29 @@ def test_scoreboard_specs_filter_models_and_guides(benchmark_script):
     assert mod._specs(inst, None) == [("cm-bnn", g) for g in get_entry("cm-bnn").guides]
     assert mod._specs(inst, None, {"flow", "collapsed"}) == [("cm-bnn", "collapsed"), ("cm-bnn", "flow")]
     assert mod._specs(inst, {"mfvi-bnn"}) == []
+
+
+def _toy_reference(rng, x):
+    f = np.sin(x[:, 0])[None, :] + 0.1 * rng.standard_normal((400, x.shape[0]))
+    return {"x_test": x, "f": f, "y": f + 0.3 * rng.standard_normal(f.shape), "y_test": np.sin(x[:, 0])}
+
+
+def test_scoreboard_bands_are_drawn_for_one_dimensional_instances_only(tmp_path, benchmark_script):
+    mod = benchmark_script("scoreboard_bands")
+    rng = np.random.default_rng(0)
+    x1, x2 = rng.uniform(-3, 3, (30, 1)), rng.uniform(-3, 3, (30, 2))
+    refs = {"toy-1d": (_toy_reference(rng, x1), {}), "toy-2d": (_toy_reference(rng, x2), {})}
+    from zoo.reference.score import bands
+
+    b = bands(x1, refs["toy-1d"][0]["f"] + 0.5, refs["toy-1d"][0]["y"])
+    assert bands(x2, refs["toy-2d"][0]["f"], refs["toy-2d"][0]["y"]) is None
+    rows = [
+        {**_fit("toy-1d", "mvn", 1, 1.0), "bands": {**b, "f_mean": [0.0] * 30}},
+        {**_fit("toy-1d", "mvn", 0, 1.0), "bands": b},
+        _fit("toy-2d", "mvn", 0, 1.0),
+    ]
+    assert mod.guide_bands(rows) == {"toy-1d": {"lbbnn:mvn": b}}  # the lowest seed's
+    path = tmp_path / "bands.png"
+    assert mod.plot_bands(rows, refs, path) == ["toy-1d"] and path.stat().st_size > 0
+    assert mod.plot_bands(rows[2:], refs, tmp_path / "none.png") == []
+    assert not (tmp_path / "none.png").exists()

@@ -163,7 +163,18 @@ def test_baseline_options_defaults_validation_and_builders():
         "noise_concentration": 1.0,
         "noise_rate": 0.01,
         "hierarchical_scale": False,
+        "activation": "relu",
     }
+    tanh = _mfvi_build(1, 1, "regression", (3,), activation="tanh")
+    x = torch.linspace(-2, 2, 7).unsqueeze(-1)
+    w0, b0 = torch.randn(3, 1), torch.randn(3)
+    w1, b1 = torch.randn(1, 3), torch.randn(1)
+    want = (torch.tanh(x @ w0.T + b0) @ w1.T + b1).squeeze(-1)
+    params = {"fc0.weight": w0, "fc0.bias": b0, "fc1.weight": w1, "fc1.bias": b1}
+    got = tanh.architecture.forward(x, params).squeeze(-1)
+    torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="activation"):
+        MFVIOptions(activation="swish")
     # fan_in_scaling None: on unless the hierarchical prior (which has its own fan-in factor)
     assert MFVIOptions().scaled and not MFVIOptions(hierarchical_scale=True).scaled
     assert not MFVIOptions(fan_in_scaling=False).scaled

@@ -141,6 +141,21 @@ def test_quantities_of_known_draws():
     assert shrinkage_draws(result, total) == {}  # no horseshoe scales
 
 
+def test_bands_of_known_draws():
+    """Per test input in increasing x: the mean of f and the 2.5 / 97.5 % quantiles of y (here the draws
+    0..40 at every point, so the interval is [1, 39])."""
+    from zoo.reference.score import bands
+
+    x = np.array([[2.0], [-1.0], [0.5]])
+    f = np.arange(6.0).reshape(2, 3)  # means per point 1.5, 2.5, 3.5
+    y = np.repeat(np.arange(41.0)[:, None], 3, axis=1) + np.array([100.0, 0.0, 200.0])
+    b = bands(x, f, y)
+    assert b["x"] == [-1.0, 0.5, 2.0] and b["f_mean"] == [2.5, 3.5, 1.5]
+    np.testing.assert_allclose(b["y_lo"], [1.0, 201.0, 101.0])
+    np.testing.assert_allclose(b["y_hi"], [39.0, 239.0, 139.0])
+    assert bands(np.zeros((3, 2)), f, y) is None  # not a 1-D instance
+
+
 def test_shrinkage_draws_of_known_horseshoe_draws():
     result, samples = _draws_result("reg-hs-bnn")
     total = 6

@@ -110,3 +110,54 @@ def test_every_guide_fits_a_network_without_hidden_layer(data_dir):
         )
         assert math.isfinite(run.metrics["rmse"]), guide
         assert torch.isfinite(torch.as_tensor(run.metrics["nll"])), guide
+
+
+def test_bowtie_without_hidden_layer_is_the_linear_ngig_model():
+    """On ``ngig-diabetes-linear`` the bow-tie guides are fitted as the reference's own model: with the
+    instance's N-GIG hyperparameters the two Pyro models have the same log joint at every point (prior draws
+    of one scored under the other); on a network instance the bow-tie stays a different model."""
+    from pyro import poutine
+
+    from zoo.experiments.registry import build
+    from zoo.reference.score import fit_settings
+
+    inst = get_instance("ngig-diabetes-linear")
+    options, fit_options, same = fit_settings("bowtie", inst)
+    assert same and fit_options == {"standardize_y": True} and "bowtie" in inst.scored
+    ngig, _, _ = build("ngig-bnn", 3, 1, "regression", hidden=[], **inst.options)
+    bowtie, _, _ = build("bowtie", 3, 1, "regression", hidden=[], **options)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(20, 3, generator=gen), torch.randn(20, generator=gen)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        tr = poutine.trace(ngig).get_trace(x, y)
+        values = {n: s["value"] for n, s in tr.nodes.items() if s["type"] == "sample"}
+        values = {n: v for n, v in values.items() if not tr.nodes[n]["is_observed"]}
+        assert set(values) == {"data", "fc0.weight", "fc0.bias", "fc0.tau", "fc0.psi", "sigma2"}  # + plate
+        other = poutine.trace(poutine.condition(bowtie, data=values)).get_trace(x, y)
+        assert float(other.log_prob_sum()) == pytest.approx(float(tr.log_prob_sum()), rel=1e-6)
+    # a different prior is told apart
+    wide, _, _ = build("bowtie", 3, 1, "regression", hidden=[], **{**options, "delta_glob": 3.0})
+    other = poutine.trace(poutine.condition(wide, data=values)).get_trace(x, y)
+    assert abs(float(other.log_prob_sum()) - float(tr.log_prob_sum())) > 1e-3
+    assert fit_settings("bowtie", get_instance("ngig-bowtie"))[2] is False
+    assert fit_settings("ngig-bnn", inst) == (dict(inst.options), {}, True)
+
+
+def test_runs_take_standardize_y_as_a_fit_option():
+    from zoo.data import from_arrays
+    from zoo.experiments.config import RunConfig
+    from zoo.experiments.runs import fit_on_dataset
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 2))
+    y = 40.0 + 10.0 * x[:, 0] + rng.standard_normal(50)
+    ds = from_arrays("toy", "regression", x[:40], y[:40], x[40:], y[40:])
+    for flag in (False, True):
+        run = fit_on_dataset(
+            "bowtie", ds, RunConfig(hidden=(), steps=50, progress=False, fit_options={"standardize_y": flag})
+        )
+        assert run.metrics["rmse"] < 3.0, flag  # predictions on the original scale either way
+        assert ("y_std" in run.result.config) is flag
+    with pytest.raises(TypeError, match="standardize_y"):
+        fit_on_dataset("bowtie", ds, RunConfig(hidden=(), steps=2, fit_options={"standardize_y": 1}))

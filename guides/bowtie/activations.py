@@ -101,7 +101,10 @@ def _inner_hidden(
 
 def update_activations(temp: float, g: Globals, loc: Locals, y: Tensor | None) -> None:
     """Eq. (19) by the backward recursion ``l = L..1`` (in place); ``y = None``: test time (§3.5).  The last
-    hidden layer's ``S`` is stored as an expanded (N, D, D) view of one matrix."""
+    hidden layer's ``S`` is stored as an expanded (N, D, D) view of one matrix.  Without hidden layers
+    (``L = 0``, a linear regression) there is nothing to update."""
+    if g.num_hidden == 0:
+        return
     k = g.num_hidden - 1
     s1, t, kk = _last_hidden(g, loc, y)
     s = s1.expand(t.shape[0], -1, -1)
@@ -154,7 +157,9 @@ def fit_local_loop(
     hyp: Hyper, g: Globals, x: Tensor, y: Tensor | None, loc: Locals, tol: float, max_iters: int
 ) -> tuple[int, float]:
     """Iterate :func:`local_sweep` until the local ELBO changes by less than ``tol`` relatively; returns the
-    number of sweeps and the final local ELBO."""
+    number of sweeps and the final local ELBO (no sweep without hidden layers: there are no locals)."""
+    if g.num_hidden == 0:
+        return 0, 0.0
     prev, cur, it = None, math.nan, 0
     for it in range(1, max_iters + 1):  # noqa: B007
         mom = local_sweep(hyp.temp, g, x, y, loc)

@@ -113,13 +113,22 @@ class BowtieGuideState(ClosedFormGuide):
         self._set("beta_out", betas[-1])
 
     # ------------------------------------------------------------------ training locals
+    def _holds_rows(self, x: Tensor) -> bool:
+        """Whether the guide is initialized with locals for ``x``'s rows (a network without hidden layers
+        has no locals: initialized is enough)."""
+        if not bool(self.initialized):
+            return False
+        return self.num_hidden == 0 or self._b("rho", 0).shape[0] == x.shape[0]
+
     def _locals_for(self, x: Tensor) -> Locals | None:
         """The fitted locals when ``x`` are the training inputs, else ``None``."""
+        if self.num_hidden == 0:
+            return self.train_locals  # no locals: the same (empty) ones serve every input
         tx = self._train_x
         if tx is not None:
             same = tx.shape == x.shape and torch.equal(tx, x.to(F64))
         else:  # restored from a checkpoint: the training inputs are not stored, trust the row count
-            same = bool(self.initialized) and self._b("rho", 0).shape[0] == x.shape[0]
+            same = self._holds_rows(x)
         return self.train_locals if same else None
 
     # ------------------------------------------------------------------ data parallelism
@@ -127,7 +136,7 @@ class BowtieGuideState(ClosedFormGuide):
         """Keep the training locals of ``rows`` only (one rank of a data-parallel full-batch fit,
         :mod:`zoo.infer.distributed`), initializing on all ``N`` rows first if the guide holds no locals of
         them — the same random initialization as a single-process fit."""
-        if not bool(self.initialized) or self._b("rho", 0).shape[0] != x.shape[0]:
+        if not self._holds_rows(x):
             self.initialize(model, x, y)
         for k in range(self.num_hidden):
             for name in Locals.FIELDS:

@@ -183,7 +183,7 @@ class BowtieCAVIGuide(BowtieGuideState):
         """One CAVI sweep (full batch), or one SVI iteration of §3.3 on the minibatch ``subsample``."""
         if y is None:
             raise ValueError("y is required for a closed-form update")
-        if not bool(self.initialized) or self._b("rho", 0).shape[0] != x.shape[0]:
+        if not self._holds_rows(x):
             self.initialize(model, x, y)
         if subsample is not None:
             self.svi_update(model, x, y, subsample)

@@ -217,6 +217,7 @@ class BenchPlan:
                     "cavi": cavi,
                     "task": ds.task,
                     "options": options,
+                    "fit_options": dict(ds.meta.get("model_fit_options", {}).get(spec.model, {})),
                 }
         for spec in self.specs:
             if all(settings[f"{spec.label}|{d}"].get("skip") for d in self.suite.datasets):
@@ -241,6 +242,7 @@ class BenchPlan:
             data_dir=self.data_dir,
             options=dict(st.get("options", spec.options)),
             guide_options=dict(spec.guide_options),
+            fit_options=dict(st.get("fit_options", {})),
         )
         return cfg.to_dict()
 

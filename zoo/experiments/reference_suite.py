@@ -62,16 +62,22 @@ def _instance(name: str):
 def load_reference_dataset(name: str, split: int = 0, data_dir: str | Path | None = None):
     """The pinned data of instance ``reference:NAME`` (module docstring: the split is a replicate index).
 
-    Its ``meta`` records the instance (``reference_instance``), the widths (``hidden``) and the options of the
-    instance's model (``model_options``), which ``zoo bench`` applies to that model's fits."""
+    Its ``meta`` records the instance (``reference_instance``), the widths (``hidden``) and, for every model
+    fitted as the instance's own model (:func:`zoo.reference.score.fit_settings`), its builder and fit
+    options (``model_options``, ``model_fit_options``), which ``zoo bench`` applies to that model's fits."""
+    from zoo.reference.score import fit_settings
+
     check_split(split)
     inst = _instance(name)
     ds = inst.dataset(data_dir)
+    same = {m: fit_settings(m, inst) for m in inst.scored}
+    same = {m: s for m, s in same.items() if s[2]}
     meta = {
         **ds.meta,
         "reference_instance": inst.name,
         "hidden": list(inst.hidden),
-        "model_options": {inst.model: dict(inst.options)},
+        "model_options": {m: s[0] for m, s in same.items()},
+        "model_fit_options": {m: s[1] for m, s in same.items()},
     }
     return dataclasses.replace(ds, meta=meta)
 
@@ -87,7 +93,7 @@ def reference_scorer(run: Any) -> dict[str, float]:
     """Score one bench fit (a :class:`~zoo.experiments.outputs.RunOutput` on a ``reference:`` dataset)
     against its stored reference (columns: module docstring)."""
     from zoo.reference.instances import get_instance
-    from zoo.reference.score import reference_data, score_fit
+    from zoo.reference.score import fit_settings, reference_data, score_fit
     from zoo.reference.store import default_root
 
     name = run.dataset.meta.get("reference_instance")
@@ -97,7 +103,8 @@ def reference_scorer(run: Any) -> dict[str, float]:
     arrays, meta = _stored(str(default_root()), name)
     reference_data(inst, arrays)  # the stored test inputs are the instance's (else: recompute it)
     seed = int(run.metrics.get("seed", 0))
-    scores = score_fit(run.result, inst, arrays, run.metrics.get("model") == inst.model, 1000, seed)
+    same_model = fit_settings(run.metrics.get("model"), inst)[2] if run.metrics.get("model") else False
+    scores = score_fit(run.result, inst, arrays, same_model, 1000, seed)
     out: dict[str, float] = {}
     if "y" in scores:
         sd = float(meta.get("y_std") or 1.0)

@@ -26,7 +26,7 @@ import pyro
 import torch
 
 from zoo.core.config import resolve
-from zoo.core.validation import resolve_device
+from zoo.core.validation import check_bool, resolve_device
 from zoo.data import Dataset, load_dataset
 from zoo.data.tensors import fit_tensors as _prepare
 from zoo.eval import metrics
@@ -149,24 +149,28 @@ def fit_on_dataset(
 
     ``fit_options``: extra keyword arguments of the registry entry's ``fit_fn`` (e.g. the LBBNN's
     ``{"stage_lrs": "short"}``); for entries fitted by :func:`zoo.infer.loop.fit` only ``accelerate``
-    (``{"accelerate": "squarem"}``: SQUAREM on closed-form sweeps, :mod:`zoo.infer.accelerate`)."""
+    (``{"accelerate": "squarem"}``: SQUAREM on closed-form sweeps, :mod:`zoo.infer.accelerate`); for every
+    entry ``standardize_y`` (a bool) overrides the entry's default of fitting standardized regression
+    targets (paper 000's bow-tie fits raw ones)."""
     cfg = resolve(RunConfig, config, kwargs)
     if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
         from zoo.experiments.nuts_runs import fit_nuts_on_dataset
 
         return fit_nuts_on_dataset(model, dataset, cfg)
     entry = get_entry(model)
+    d = dict(entry.fit_defaults)
+    fit_options = dict(cfg.fit_options)
+    # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
+    standardize = check_bool("standardize_y", fit_options.pop("standardize_y", d.get("standardize_y", True)))
     loop_keys = {"accelerate"}  # FitConfig settings a run may pass to zoo.infer.loop.fit
-    if entry.fit_fn is None and set(cfg.fit_options) - loop_keys:
+    if entry.fit_fn is None and set(fit_options) - loop_keys:
         raise ValueError(
             f"fit_options: model {model!r} is fitted by zoo.infer.loop.fit, which takes only "
-            f"{sorted(loop_keys)} here; got {sorted(cfg.fit_options)}"
+            f"{sorted(loop_keys | {'standardize_y'})} here; got {sorted(cfg.fit_options)}"
         )
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     dev = resolve_device(cfg.device)
-    d = dict(entry.fit_defaults)
-    # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
-    xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=bool(d.get("standardize_y", True)))
+    xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=standardize)
     # the guide's random initialization happens at build time: seed it, so a fit does not depend on what
     # ran before it in the same process (protocol workers run many fits each)
     pyro.set_rng_seed(cfg.seed)
@@ -182,7 +186,7 @@ def fit_on_dataset(
         config={**extra, "dataset": ds.name, "split": cfg.split},
         spec=spec,
         **fit_kwargs,
-        **cfg.fit_options,
+        **fit_options,
     )
     scores, pred = evaluate(result, ds, xte, yte, num_samples=cfg.num_samples, seed=cfg.seed)
     run = RunOutput(result, ds, _row(model, spec, ds, cfg, result, fit_kwargs["batch_size"], scores), pred)

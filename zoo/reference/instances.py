@@ -22,7 +22,10 @@ Eqs. 5-7).  Without hidden units there are no permutation or rescaling symmetrie
 dominates the heavy-tailed scales, so NUTS mixes there (pilot chains on this machine: step sizes 0.1-0.2,
 no divergences, against 0.009-0.025 and trees at the depth limit for the same priors on a 3-unit network
 on diabetes).  They score the families' guides on the prior's own geometry — the collapsed bound's
-optimal hyper-posterior, the N-GIG scales — without the network's.  The horseshoe has no linear instance:
+optimal hyper-posterior, the N-GIG scales — without the network's.  ``ngig-diabetes-linear`` also scores
+the bow-tie CAVI guides: without hidden layers the bow-tie network has no stochastic units, so its model
+is the same N-GIG linear regression (with the bow-tie entry's own hyperparameter defaults, so it is scored
+on the predictive of ``y``, :mod:`zoo.reference.score`).  The horseshoe has no linear instance:
 its prior acts on hidden units only (the output layer has no sparsity prior, Ghosh et al. 2019, §3.3).
 
 ``selection-linear`` is the zoo's correlated variable-selection design
@@ -230,6 +233,8 @@ _YACHT = DataSpec("uci:yacht", n_train=100)
 _TOY221 = DataSpec("toy-hs-221", n_train=200)
 _WIDTH = (3,)
 _SHRUNK = "hidden 3; {}"
+_TANH = {"activation": "tanh"}
+_TANH_NOTE = "hidden 3, tanh units; {}"
 #: every prior with a hierarchical form is sampled in its marginal form (:func:`zoo.infer.mcmc.fit_nuts`'s
 #: default: the horseshoe without its inverse-gamma auxiliaries, the collapsed priors with their per-weight
 #: hyper-latents integrated out); the horseshoe also needs a dense mass matrix for the ridge between its
@@ -250,10 +255,12 @@ _LINEAR = SamplerSettings(target_accept=0.9)
 _LINEAR_NOTE = "linear (no hidden layer): the {} prior on the weights of a linear regression; all {} rows"
 
 
-def _linear(name: str, model: str, dataset: str, prior: str, n_train: int) -> ReferenceInstance:
+def _linear(
+    name: str, model: str, dataset: str, prior: str, n_train: int, scored: tuple[str, ...] = ()
+) -> ReferenceInstance:
     """A ``*-linear`` instance: ``model``'s prior on a network without hidden layer, all training rows."""
     note = _LINEAR_NOTE.format(prior, f"{n_train} training")
-    return _nuts(name, model, DataSpec(dataset), note, hidden=(), sampler=_LINEAR)
+    return _nuts(name, model, DataSpec(dataset), note, hidden=(), sampler=_LINEAR, scored=scored)
 
 
 INSTANCES: dict[str, ReferenceInstance] = {
@@ -273,7 +280,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # linear instances of the collapsed (Tomczak et al. 2021) and N-GIG (Sheinkman & Wade 2025) priors
         _linear("cm-yacht-linear", "cm-bnn", "uci:yacht", "collapsed-mean (CM)", 277),
         _linear("cmv-yacht-linear", "cmv-bnn", "uci:yacht", "collapsed mean-and-variance (CMV)", 277),
-        _linear("ngig-diabetes-linear", "ngig-bnn", "diabetes", "N-GIG", 398),
+        _linear("ngig-diabetes-linear", "ngig-bnn", "diabetes", "N-GIG", 398, scored=("ngig-bnn", "bowtie")),
         _nuts(
             "gauss-221",
             "mfvi-bnn",
@@ -309,6 +316,14 @@ INSTANCES: dict[str, ReferenceInstance] = {
             options=MFVI_UNSCALED,
         ),
         _nuts(
+            "gauss-cubic-tanh",
+            "mfvi-bnn",
+            _CUBIC,
+            _TANH_NOTE.format("50 of 400 test rows"),
+            hidden=_WIDTH,
+            options={**MFVI_UNSCALED, **_TANH},
+        ),
+        _nuts(
             "hs-cubic", "hs-bnn", _CUBIC, _SHRUNK.format("50 of 400 test rows"), hidden=_WIDTH, sampler=_HS
         ),
         _nuts(
@@ -318,6 +333,17 @@ INSTANCES: dict[str, ReferenceInstance] = {
             _SHRUNK.format("50 of 400 test rows"),
             hidden=_WIDTH,
             sampler=_HS,
+        ),
+        # tanh units: no rescaling ridge between a unit's incoming and outgoing weights (one-chain pilots
+        # on this toy, 150 + 150: the regularized horseshoe adapts a step of .011 with no divergence)
+        _nuts(
+            "reghs-cubic-tanh",
+            "reg-hs-bnn",
+            _CUBIC,
+            _TANH_NOTE.format("50 of 400 test rows"),
+            hidden=_WIDTH,
+            sampler=_HS,
+            options=_TANH,
         ),
         _nuts(
             "ngig-bowtie",

@@ -23,7 +23,11 @@ the N-GIG ReLU-MLP reference (``ngig-bnn``, the same N-GIG shrinkage prior of th
 ReLU MLP): the bow-tie network's stochastic (Pólya-Gamma augmented) activation is a different likelihood
 for ``f``, so ``f``, unit norms and shrinkage are not comparable, while the predictive distribution of
 ``y`` at the test inputs is what both claim to approximate.  The bow-tie model is fitted with its own
-defaults (its builder options are not the N-GIG MLP's).
+defaults (its builder options are not the N-GIG MLP's).  On a linear instance (``hidden=()``) the bow-tie
+has no stochastic units and *is* the N-GIG linear regression: it is then fitted with the reference's N-GIG
+hyperparameters (:class:`~zoo.families.bowtie.options.NGIGOptions`, every field, in place of its own
+data-resolved defaults of App. D.1) on standardized targets, and scored as the same model, ``f`` included
+(:func:`fit_settings`) — a pure measure of the CAVI approximation.
 
 Each guide is fitted with ``seeds`` different seeds (``0..K-1``) by
 :func:`zoo.experiments.runs.fit_on_dataset` (the entry's default steps, learning rate and batch size unless
@@ -53,7 +57,9 @@ from zoo.reference.instances import ReferenceInstance
 
 __all__ = [
     "ScoreConfig",
+    "bands",
     "check_spec",
+    "fit_settings",
     "reference_data",
     "score_spec",
     "score_fit",
@@ -113,6 +119,36 @@ def reference_data(
             "the instance changed since it was computed); recompute it with `zoo reference compute --force`"
         )
     return ds
+
+
+def fit_settings(model: str, instance: ReferenceInstance) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """``(builder options, fit options, same_model)`` of ``model``'s fits against ``instance`` (module
+    docstring): the instance's options for its own model; the N-GIG hyperparameters and standardized
+    targets for the bow-tie on a linear N-GIG instance (the same model); else the model's defaults."""
+    if model == instance.model:
+        return dict(instance.options), {}, True
+    if model == "bowtie" and instance.model == "ngig-bnn" and instance.hidden == ():
+        from zoo.families.bowtie.options import NGIGOptions
+
+        return NGIGOptions.from_dict(instance.options).to_dict(), {"standardize_y": True}, True
+    return {}, {}, False
+
+
+def bands(x_test: np.ndarray, f: np.ndarray, y: np.ndarray) -> dict[str, list[float]] | None:
+    """The predictive bands of a 1-D instance (``x_test`` of shape (N, 1), else ``None``): per test input,
+    in increasing ``x``, the mean of ``f`` and the central 95 % interval of ``y`` from draws ``f``, ``y`` of
+    shape (S, N) — what the scoreboard draws of each guide over the reference's."""
+    x_test = np.asarray(x_test)
+    if x_test.ndim != 2 or x_test.shape[1] != 1:
+        return None
+    order = np.argsort(x_test[:, 0])
+    lo, hi = np.quantile(np.asarray(y)[:, order], [0.025, 0.975], axis=0)
+    return {
+        "x": x_test[order, 0].tolist(),
+        "f_mean": np.asarray(f)[:, order].mean(0).tolist(),
+        "y_lo": lo.tolist(),
+        "y_hi": hi.tolist(),
+    }
 
 
 def _norm_scores(approx: np.ndarray, reference: np.ndarray) -> dict[str, float]:
@@ -191,8 +227,7 @@ def score_spec(
     config = config or ScoreConfig()
     arrays, meta = reference
     ds = reference_data(instance, arrays, data_dir)
-    same_model = model == instance.model
-    options = instance.options if same_model else {}
+    options, fit_options, same_model = fit_settings(model, instance)
     per_seed, rows = [], []
     for seed in range(config.seed, config.seed + config.seeds):
         t0 = time.perf_counter()
@@ -206,11 +241,18 @@ def score_spec(
                 seed=seed,
                 progress=False,
                 options=options,
+                fit_options=fit_options,
             ),
         )
         scores = score_fit(run.result, instance, arrays, same_model, config.draws, seed)
         per_seed.append(scores)
         rows.append({"seed": seed, "seconds": time.perf_counter() - t0, "guide": run.metrics["guide"]})
+        if arrays["x_test"].shape[1] == 1 and "y" in arrays:  # a 1-D regression toy: keep its bands
+            from zoo.reference.quantities import predictive_draws
+
+            x_test = torch.as_tensor(arrays["x_test"], dtype=torch.float32, device=run.result.device)
+            pred = predictive_draws(run.result, x_test, config.draws, seed=seed)
+            rows[-1]["bands"] = bands(arrays["x_test"], pred["f"], pred["y"])
     return {
         "model": model,
         "guide": rows[0]["guide"],

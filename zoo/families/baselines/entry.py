@@ -34,7 +34,7 @@ def _mfvi_build(
     """``MLP x GaussianPrior x likelihood of task``; ``options`` (an :class:`MFVIOptions` or a mapping) is
     updated by keyword options (``weight_scale=0.5``, ``fan_in_scaling=True``, ...)."""
     opts = resolve(MFVIOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
+    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=opts.activation)
     prior = (
         HierarchicalGaussianPrior(opts.weight_scale, opts.bias_scale)
         if opts.hierarchical_scale

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zoo.core.architectures import ACTIVATIONS
 from zoo.core.config import Config
 from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
 from zoo.core.validation import check_bool, check_optional, check_positive
@@ -41,6 +42,8 @@ class MFVIOptions(Config):
     ``hierarchical_scale``: the HMC baseline prior of Sheinkman & Wade 2025 (arXiv:2411.11132), App. D.2, ``W
     ~ N(0, s_w^2 gamma / sqrt(fan_in))``, ``b ~ N(0, s_b^2 gamma)`` with one shared ``gamma ~ IG(2, 1)``
     (:class:`~zoo.families.baselines.hierarchical.HierarchicalGaussianPrior`; it has its own fan-in factor).
+    ``activation``: the hidden units' nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`;
+    the reference instances use ``tanh`` where ReLU's rescaling symmetry stalls NUTS).
     :data:`MFVI_UNSCALED` holds the published baselines' options.
     """
 
@@ -50,6 +53,7 @@ class MFVIOptions(Config):
     noise_concentration: float = WEAK_NOISE_PRIOR[0]
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     hierarchical_scale: bool = False
+    activation: str = "relu"
 
     @property
     def scaled(self) -> bool:
@@ -61,6 +65,8 @@ class MFVIOptions(Config):
         check_bool("hierarchical_scale", self.hierarchical_scale)
         for name in ("weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
         if self.hierarchical_scale and self.fan_in_scaling:
             raise ValueError(
                 "fan_in_scaling: the hierarchical_scale prior (arXiv:2411.11132 App. D.2) divides the weight "

@@ -66,7 +66,8 @@ class BowtieModel(BayesianModel):
     """Augmented bow-tie regression BNN of paper 000 (module docstring).
 
     Args:
-        in_features, hidden, out_features: architecture (any depth ``L = len(hidden) >= 1`` and widths).
+        in_features, hidden, out_features: architecture (any depth ``L = len(hidden)`` and widths;
+            ``L = 0`` is a linear regression under the N-GIG prior, with no stochastic units).
         temperature: ``T`` of the gate ``Bern(sigmoid(z/T))`` (§2.1); default 0.1 (the authors' code).
         prior: :class:`NGIGPrior` (default: IG Student-t(3) global and local scales, D.1 scaling), or
             :class:`~zoo.families.bowtie.prior.GaussianBowtiePrior` (the GVBNN ablation).
@@ -92,8 +93,6 @@ class BowtieModel(BayesianModel):
         auto_delta_glob: bool = False,
     ) -> None:
         hidden = tuple(int(h) for h in hidden)
-        if len(hidden) == 0:
-            raise ValueError("hidden: the bow-tie network needs at least one hidden layer")
         prior = NGIGPrior() if prior is None else prior
         if not isinstance(prior, (NGIGPrior, GaussianBowtiePrior)):
             raise TypeError(f"prior must be an NGIGPrior or GaussianBowtiePrior, got {type(prior).__name__}")
