@@ -347,3 +347,25 @@ def test_enumerated_inclusion_probabilities_stay_in_the_unit_interval():
         y = 3 * x[:, 5] + 0.3 * torch.randn(277, generator=g, dtype=torch.float64)
         pip = enumerate_spike_slab(x, y, SpikeSlabLinear()).pip
         assert pip.max() == 1.0 and pip.min() >= 0.0, pip
+
+
+def test_score_spec_keeps_the_bands_of_a_one_dimensional_instance():
+    """On a 1-D regression instance every seed's row keeps its predictive bands (the scoreboard's figure):
+    the guide's own draws, in increasing x, with a 95 % interval of y around the mean of f."""
+    from zoo.reference.instances import DataSpec, ReferenceInstance
+    from zoo.reference.score import ScoreConfig, score_spec
+
+    inst = ReferenceInstance(
+        name="toy-1d", model="mfvi-bnn", method="nuts", data=DataSpec("toy-hs", n_train=40, n_test=12),
+        hidden=(3,),
+    )  # fmt: skip
+    ds = inst.dataset()
+    rng = np.random.default_rng(0)
+    f = rng.standard_normal((200, ds.n_test))
+    arrays = {"x_test": np.asarray(ds.x_test, float), "y_test": np.asarray(ds.y_test, float), "f": f, "y": f}
+    cfg = ScoreConfig(steps=20, draws=300)
+    res = score_spec("mfvi-bnn", "normal", inst, (arrays, {"method": "nuts"}), cfg)
+    b = res["per_seed"][0]["bands"]
+    assert b["x"] == sorted(np.asarray(ds.x_test)[:, 0].tolist()) and len(b["f_mean"]) == ds.n_test
+    assert all(lo < m < hi for lo, m, hi in zip(b["y_lo"], b["f_mean"], b["y_hi"]))
+    assert "y" in res["scores"] and "f" in res["scores"]

@@ -321,6 +321,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             _CUBIC,
             _TANH_NOTE.format("50 of 400 test rows"),
             hidden=_WIDTH,
+            sampler=SamplerSettings(target_accept=0.95),
             options={**MFVI_UNSCALED, **_TANH},
         ),
         _nuts(
