@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 FIGURE = "scoreboard-bands.png"
+COLUMNS = 3  # panels per row
 
 
 def guide_bands(rows: list[dict]) -> dict[str, dict[str, dict]]:
@@ -42,27 +43,24 @@ def plot_bands(rows: list[dict], refs: dict, path: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ncol = max(len(b) for b in found.values())
-    fig, axes = plt.subplots(
-        len(found), ncol, figsize=(2.6 * ncol, 2.4 * len(found)), squeeze=False, sharey="row"
-    )
-    for i, (name, specs) in enumerate(found.items()):
+    panels = [(name, spec, b) for name, specs in found.items() for spec, b in specs.items()]
+    ncol = min(COLUMNS, len(panels))
+    nrow = -(-len(panels) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.0 * ncol, 2.5 * nrow), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax, (name, spec, b) in zip(axes.flat, panels):
         arrays = refs[name][0]
         ref = bands(arrays["x_test"], arrays["f"], arrays["y"])
         order = np.argsort(arrays["x_test"][:, 0])
-        for j, ax in enumerate(axes[i]):
-            if j >= len(specs):
-                ax.axis("off")
-                continue
-            spec, b = list(specs.items())[j]
-            ax.fill_between(ref["x"], ref["y_lo"], ref["y_hi"], color="0.8", label="reference 95 %")
-            ax.plot(ref["x"], ref["f_mean"], color="0.3", lw=1)
-            ax.fill_between(b["x"], b["y_lo"], b["y_hi"], color="C0", alpha=0.35, label="guide 95 %")
-            ax.plot(b["x"], b["f_mean"], color="C0", lw=1)
-            ax.plot(arrays["x_test"][order, 0], arrays["y_test"][order], "k.", ms=2)
-            ax.set_title(f"{name}\n{spec}", fontsize=7)
-            ax.tick_params(labelsize=6)
-        axes[i][0].legend(fontsize=6, loc="upper left")
+        ax.fill_between(ref["x"], ref["y_lo"], ref["y_hi"], color="0.8", label="reference 95 %")
+        ax.plot(ref["x"], ref["f_mean"], color="0.3", lw=1)
+        ax.fill_between(b["x"], b["y_lo"], b["y_hi"], color="C0", alpha=0.35, label="guide 95 %")
+        ax.plot(b["x"], b["f_mean"], color="C0", lw=1)
+        ax.plot(arrays["x_test"][order, 0], arrays["y_test"][order], "k.", ms=2)
+        ax.set_title(f"{name}: {spec}", fontsize=7)
+        ax.tick_params(labelsize=6)
+    axes.flat[0].legend(fontsize=6, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
