@@ -1,7 +1,8 @@
 """Predictive bands of every guide over the reference's on the 1-D reference instances: one panel per guide,
 the reference's mean of ``f`` and central 95 % interval of ``y`` in grey, the guide's (its first seed) in
 colour, the test targets as dots.  Drawn by ``benchmarks/scoreboard.py`` from the bands its fits keep
-(:func:`zoo.reference.score.bands`) into ``benchmarks/results/scoreboard-bands.png``.
+(:func:`zoo.reference.score.bands`) into ``benchmarks/results/scoreboard-bands.png`` — the same fits the
+scores come from, so the figure needs no fit of its own.
 
 Usage (re-draw from the committed scoreboard)::
 
@@ -33,6 +34,7 @@ def guide_bands(rows: list[dict]) -> dict[str, dict[str, dict]]:
 def plot_bands(rows: list[dict], refs: dict, path: Path) -> list[str]:
     """Draw the bands of ``rows`` (scoreboard fits) over the references ``refs`` (``{name: (arrays,
     meta)}``) into ``path``; returns the instances drawn (none: no file is written)."""
+    from zoo.io import atomic_save_figure
     from zoo.reference.score import bands
 
     found = {n: b for n, b in guide_bands(rows).items() if n in refs}
@@ -62,8 +64,7 @@ def plot_bands(rows: list[dict], refs: dict, path: Path) -> list[str]:
         ax.tick_params(labelsize=6)
     axes.flat[0].legend(fontsize=6, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    atomic_save_figure(fig, path, dpi=110)  # a reader never sees half a figure
     return list(found)
 
 

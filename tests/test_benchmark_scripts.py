@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -91,28 +90,3 @@ def test_scoreboard_specs_filter_models_and_guides(benchmark_script):
     assert mod._specs(inst, None, {"flow", "collapsed"}) == [("cm-bnn", "collapsed"), ("cm-bnn", "flow")]
     assert mod._specs(inst, {"mfvi-bnn"}) == []
 
-
-def _toy_reference(rng, x):
-    f = np.sin(x[:, 0])[None, :] + 0.1 * rng.standard_normal((400, x.shape[0]))
-    return {"x_test": x, "f": f, "y": f + 0.3 * rng.standard_normal(f.shape), "y_test": np.sin(x[:, 0])}
-
-
-def test_scoreboard_bands_are_drawn_for_one_dimensional_instances_only(tmp_path, benchmark_script):
-    mod = benchmark_script("scoreboard_bands")
-    rng = np.random.default_rng(0)
-    x1, x2 = rng.uniform(-3, 3, (30, 1)), rng.uniform(-3, 3, (30, 2))
-    refs = {"toy-1d": (_toy_reference(rng, x1), {}), "toy-2d": (_toy_reference(rng, x2), {})}
-    from zoo.reference.score import bands
-
-    b = bands(x1, refs["toy-1d"][0]["f"] + 0.5, refs["toy-1d"][0]["y"])
-    assert bands(x2, refs["toy-2d"][0]["f"], refs["toy-2d"][0]["y"]) is None
-    rows = [
-        {**_fit("toy-1d", "mvn", 1, 1.0), "bands": {**b, "f_mean": [0.0] * 30}},
-        {**_fit("toy-1d", "mvn", 0, 1.0), "bands": b},
-        _fit("toy-2d", "mvn", 0, 1.0),
-    ]
-    assert mod.guide_bands(rows) == {"toy-1d": {"lbbnn:mvn": b}}  # the lowest seed's
-    path = tmp_path / "bands.png"
-    assert mod.plot_bands(rows, refs, path) == ["toy-1d"] and path.stat().st_size > 0
-    assert mod.plot_bands(rows[2:], refs, tmp_path / "none.png") == []
-    assert not (tmp_path / "none.png").exists()

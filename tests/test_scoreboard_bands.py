@@ -1,7 +1,9 @@
-"""``benchmarks/scoreboard_bands.py``: the 95 % bands are the draws' quantiles in input order, and the figure
-is written whole (one panel per guide over the reference's band)."""
+"""``benchmarks/scoreboard_bands.py``: the bands of the lowest seed of every fit on a 1-D instance, drawn over
+the reference's into one figure, written whole; instances with more inputs are left out."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -9,27 +11,42 @@ import pytest
 pytest.importorskip("matplotlib")
 
 
-def test_band_is_the_quantiles_in_input_order(benchmark_script):
-    mod = benchmark_script("scoreboard_bands")
-    # column j holds the draws 0..1000 shifted by 10 j: quantiles 25, 500, 975 plus the shift
-    draws = np.arange(1001.0)[:, None] + 10.0 * np.arange(3)[None, :]
-    order = np.array([2, 0, 1])
-    lo, mid, hi = mod.band(draws, order)
-    np.testing.assert_allclose(lo, [45.0, 25.0, 35.0])
-    np.testing.assert_allclose(mid, [520.0, 500.0, 510.0])
-    np.testing.assert_allclose(hi, [995.0, 975.0, 985.0])
+def _fit(instance, guide, seed, w2):
+    return {"instance": instance, "model": "lbbnn", "guide": guide, "seed": seed, "steps": None,
+            "seconds": 1.0, "scores": {"y": {"w2": w2}}}  # fmt: skip
 
 
-def test_figure_is_written_whole(tmp_path, benchmark_script):
+def _toy_reference(rng, x):
+    f = np.sin(x[:, 0])[None, :] + 0.1 * rng.standard_normal((400, x.shape[0]))
+    return {"x_test": x, "f": f, "y": f + 0.3 * rng.standard_normal(f.shape), "y_test": np.sin(x[:, 0])}
+
+
+def test_scoreboard_bands_are_drawn_for_one_dimensional_instances_only(tmp_path, benchmark_script):
     mod = benchmark_script("scoreboard_bands")
     rng = np.random.default_rng(0)
-    x = rng.uniform(-4, 4, size=(30, 1))
-    arrays = {"x_test": x, "y": x[:, 0] ** 3 + 3 * rng.standard_normal((400, 30)), "y_test": x[:, 0] ** 3}
-    panels = {f"m:g{k}": arrays["y"] * (1 + 0.2 * k) for k in range(4)}
-    out = tmp_path / "bands.png"
-    mod.figure(panels, arrays, "test", out)
-    assert out.stat().st_size > 5000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bands.png"]
-    assert mod.main(["--root", str(tmp_path), "--out", str(tmp_path)]) == []  # no stored 1-D instance
-    with pytest.raises(SystemExit):
-        mod.main(["--draws", "10", "--root", str(tmp_path)])
+    x1, x2 = rng.uniform(-3, 3, (30, 1)), rng.uniform(-3, 3, (30, 2))
+    refs = {"toy-1d": (_toy_reference(rng, x1), {}), "toy-2d": (_toy_reference(rng, x2), {})}
+    from zoo.reference.score import bands
+
+    b = bands(x1, refs["toy-1d"][0]["f"] + 0.5, refs["toy-1d"][0]["y"])
+    assert bands(x2, refs["toy-2d"][0]["f"], refs["toy-2d"][0]["y"]) is None
+    rows = [
+        {**_fit("toy-1d", "mvn", 1, 1.0), "bands": {**b, "f_mean": [0.0] * 30}},
+        {**_fit("toy-1d", "mvn", 0, 1.0), "bands": b},
+        _fit("toy-2d", "mvn", 0, 1.0),
+    ]
+    assert mod.guide_bands(rows) == {"toy-1d": {"lbbnn:mvn": b}}  # the lowest seed's
+    path = tmp_path / "bands.png"
+    assert mod.plot_bands(rows, refs, path) == ["toy-1d"]
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "bands.png"
+    ]  # written whole: no temporary file left beside it
+    assert mod.plot_bands(rows[2:], refs, tmp_path / "none.png") == []
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_main_redraws_from_the_committed_board(tmp_path, benchmark_script, capsys):
+    mod = benchmark_script("scoreboard_bands")
+    (tmp_path / "scoreboard.json").write_text(json.dumps({"rows": [_fit("ss-yacht", "mvn", 0, 1.0)]}))
+    assert mod.main(["--out", str(tmp_path), "--root", str(tmp_path)]) == 0
+    assert "0 instance(s) drawn" in capsys.readouterr().out and not (tmp_path / mod.FIGURE).exists()
