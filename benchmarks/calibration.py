@@ -14,7 +14,8 @@ of 50 units and the entry's defaults, or the guide named after a colon, ``hs-bnn
   the predictive variance (large: the weight posterior, not the noise, makes the interval).
 
 Every finished fit is journaled to ``OUT/calibration.partial.jsonl`` so an interrupted run resumes; the
-summary goes to ``OUT/calibration.{json,md,png}``.
+summary goes to ``OUT/calibration.{json,md,png}``, over the rows already committed there (rows a run redoes
+are replaced, the others kept).
 
 Usage::
 
@@ -96,6 +97,17 @@ def _journal(path: Path) -> list[dict]:
     from zoo.io import read_lines
 
     return read_lines(path)
+
+
+def merged_rows(journal: Path, record: Path) -> list[dict]:
+    """The committed rows of ``record`` (``calibration.json``) with the journal's over them: a row the journal
+    redoes (same model label, dataset and split) is replaced, the others are kept — so a run on a fresh
+    checkout, or on other datasets, adds to the committed table instead of replacing it."""
+    old = json.loads(record.read_text()).get("rows", []) if record.exists() else []
+    new = _journal(journal)
+    key = lambda r: (r["model"], r["dataset"], r["split"])  # noqa: E731
+    redone = {key(r) for r in new}
+    return [r for r in old if key(r) not in redone] + list({key(r): r for r in new}.values())
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -211,15 +223,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
                             row = fit_row(spec, ds, k, a.options, a.label, a.guide_options)
                             append_line(fh, json.dumps(row))
                             print(json.dumps(row), flush=True)
-    summary = summarize(_journal(journal))
     command = "python benchmarks/calibration.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     record = out / "calibration.json"
+    rows = merged_rows(journal, record)
+    summary = summarize(rows)
     earlier = json.loads(record.read_text()).get("commands", []) if record.exists() else []
     commands = earlier if a.render_only else list(dict.fromkeys([*earlier, command.strip()]))
     text = markdown(summary, commands)
     print(text)
     if summary:
-        payload = {"commands": commands, "levels": LEVELS, "summary": summary, "rows": _journal(journal)}
+        payload = {"commands": commands, "levels": LEVELS, "summary": summary, "rows": rows}
         atomic_write_many(
             {record: json.dumps(payload, indent=1).encode(), out / "calibration.md": text.encode()}
         )

@@ -90,3 +90,19 @@ def test_scoreboard_specs_filter_models_and_guides(benchmark_script):
     assert mod._specs(inst, None, {"flow", "collapsed"}) == [("cm-bnn", "collapsed"), ("cm-bnn", "flow")]
     assert mod._specs(inst, {"mfvi-bnn"}) == []
 
+
+
+def test_calibration_merges_committed_rows(tmp_path, benchmark_script):
+    """A run into the results folder adds to the committed table: rows it redoes are replaced, the others kept
+    (a run on a fresh checkout once would have rewritten the table from its own journal)."""
+    mod = benchmark_script("calibration")
+    record, journal = tmp_path / "calibration.json", tmp_path / "calibration.partial.jsonl"
+
+    def row(model, split, nll):
+        return {"model": model, "dataset": "uci:yacht", "split": split, "nll": nll}
+
+    record.write_text(json.dumps({"rows": [row("m", 0, 1.0), row("m", 1, 2.0), row("m+x", 0, 3.0)]}))
+    journal.write_text("".join(json.dumps(r) + "\n" for r in [row("m", 1, 5.0), row("m", 1, 6.0)]))
+    got = {(r["model"], r["split"]): r["nll"] for r in mod.merged_rows(journal, record)}
+    assert got == {("m", 0): 1.0, ("m+x", 0): 3.0, ("m", 1): 6.0}
+    assert mod.merged_rows(tmp_path / "none.jsonl", tmp_path / "none.json") == []
