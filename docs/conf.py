@@ -105,11 +105,10 @@ def _copy_results() -> None:
         if first.startswith("# ") and first[2:].strip() != md.stem and first[2:].strip() in md.stem:
             text = f"# {md.stem}\n{rest}"  # a variant's table is titled by its file (lbbnn-mnist10k-psi0.5)
         png = md.with_suffix(".png")
-        if png.exists():
-            shutil.copyfile(png, out / png.name)
+        if png.exists():  # a table's own figure goes under it (copied below with the others)
             text += f"\n\n![{md.stem}](/results/generated/{png.name})\n"
         _write_if_changed(out / md.name, text)
-    for png in results.glob("*.png"):  # figures a table links to by name (scoreboard-bands.png)
+    for png in results.glob("*.png"):  # every figure, also those a table links to by name (scoreboard-bands)
         if not (out / png.name).exists() or (out / png.name).read_bytes() != png.read_bytes():
             shutil.copyfile(png, out / png.name)
     notes = readable((ROOT / "benchmarks" / "RESULTS.md").read_text())

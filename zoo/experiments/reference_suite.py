@@ -103,8 +103,7 @@ def reference_scorer(run: Any) -> dict[str, float]:
     arrays, meta = _stored(str(default_root()), name)
     reference_data(inst, arrays)  # the stored test inputs are the instance's (else: recompute it)
     seed = int(run.metrics.get("seed", 0))
-    same_model = fit_settings(run.metrics.get("model"), inst)[2] if run.metrics.get("model") else False
-    scores = score_fit(run.result, inst, arrays, same_model, 1000, seed)
+    scores = score_fit(run.result, inst, arrays, fit_settings(run.metrics.get("model"), inst)[2], 1000, seed)
     out: dict[str, float] = {}
     if "y" in scores:
         sd = float(meta.get("y_std") or 1.0)

@@ -28,8 +28,8 @@ no divergences, against 0.009-0.025 and trees at the depth limit for the same pr
 on diabetes).  They score the families' guides on the prior's own geometry — the collapsed bound's
 optimal hyper-posterior, the N-GIG scales — without the network's.  ``ngig-diabetes-linear`` also scores
 the bow-tie CAVI guides: without hidden layers the bow-tie network has no stochastic units, so its model
-is the same N-GIG linear regression (with the bow-tie entry's own hyperparameter defaults, so it is scored
-on the predictive of ``y``, :mod:`zoo.reference.score`).  The horseshoe has no linear instance:
+is the same N-GIG linear regression; it is fitted with the instance's hyperparameters and scored as the
+same model (:func:`zoo.reference.score.fit_settings`).  The horseshoe has no linear instance:
 its prior acts on hidden units only (the output layer has no sparsity prior, Ghosh et al. 2019, §3.3).
 
 ``selection-linear`` is the zoo's correlated variable-selection design

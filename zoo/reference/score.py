@@ -156,6 +156,16 @@ def _norm_scores(approx: np.ndarray, reference: np.ndarray) -> dict[str, float]:
     return {"norm_w1": float(w1.mean()), "num_units": float(w1.size)}
 
 
+def draws_at_test_inputs(
+    result: Any, arrays: dict[str, np.ndarray], draws: int, seed: int
+) -> dict[str, np.ndarray]:
+    """:func:`zoo.reference.quantities.predictive_draws` of ``result`` at the reference's test inputs."""
+    from zoo.reference.quantities import predictive_draws
+
+    x_test = torch.as_tensor(arrays["x_test"], dtype=torch.float32, device=result.device)
+    return predictive_draws(result, x_test, draws, seed=seed)
+
+
 def score_fit(
     result: Any,
     instance: ReferenceInstance,
@@ -163,12 +173,14 @@ def score_fit(
     same_model: bool,
     draws: int,
     seed: int,
+    pred: dict[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """The score groups (module docstring) of one fitted ``result`` against the reference ``arrays``."""
-    from zoo.reference.quantities import predictive_draws, shrinkage_draws, unit_norms
+    """The score groups (module docstring) of one fitted ``result`` against the reference ``arrays``;
+    ``pred``: its predictive draws at the reference's test inputs if already drawn
+    (:func:`draws_at_test_inputs`)."""
+    from zoo.reference.quantities import shrinkage_draws, unit_norms
 
-    x_test = torch.as_tensor(arrays["x_test"], dtype=torch.float32, device=result.device)
-    pred = predictive_draws(result, x_test, draws, seed=seed)
+    pred = draws_at_test_inputs(result, arrays, draws, seed) if pred is None else pred
     out: dict[str, dict[str, float]] = {}
     if "p" in arrays:
         out["class"] = classification_scores(pred["p"].mean(0), arrays["p_mean"])
@@ -244,15 +256,13 @@ def score_spec(
                 fit_options=fit_options,
             ),
         )
-        scores = score_fit(run.result, instance, arrays, same_model, config.draws, seed)
+        pred = draws_at_test_inputs(run.result, arrays, config.draws, seed)
+        scores = score_fit(run.result, instance, arrays, same_model, config.draws, seed, pred=pred)
         per_seed.append(scores)
         rows.append({"seed": seed, "seconds": time.perf_counter() - t0, "guide": run.metrics["guide"]})
-        if arrays["x_test"].shape[1] == 1 and "y" in arrays:  # a 1-D regression toy: keep its bands
-            from zoo.reference.quantities import predictive_draws
-
-            x_test = torch.as_tensor(arrays["x_test"], dtype=torch.float32, device=run.result.device)
-            pred = predictive_draws(run.result, x_test, config.draws, seed=seed)
-            rows[-1]["bands"] = bands(arrays["x_test"], pred["f"], pred["y"])
+        band = bands(arrays["x_test"], pred["f"], pred["y"]) if "y" in pred else None
+        if band is not None:  # a 1-D regression toy: the same draws, for the scoreboard's figure
+            rows[-1]["bands"] = band
     return {
         "model": model,
         "guide": rows[0]["guide"],
