@@ -38,6 +38,7 @@ instance's parts are defined in :mod:`zoo.reference.spec`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from zoo.core.likelihoods import IG2_NOISE_OPTIONS
@@ -195,6 +196,17 @@ INSTANCES: dict[str, ReferenceInstance] = {
             _TANH_NOTE.format("50 of 400 test rows"),
             hidden=_WIDTH,
             sampler=_HS,
+            options=_TANH,
+        ),
+        # the plain horseshoe (the paper's b_g = 1e-5) on two tanh units at target acceptance .99: one-chain
+        # pilots (300 + 150) had no divergence with two units (step size 0.007) but 3 with one unit at .95
+        _nuts(
+            "hs-cubic-tanh",
+            "hs-bnn",
+            _CUBIC,
+            "hidden 2, tanh units; 50 of 400 test rows",
+            hidden=(2,),
+            sampler=dataclasses.replace(_HS, target_accept=0.99),
             options=_TANH,
         ),
         _nuts(
