@@ -111,11 +111,11 @@ def _linear(
     return _nuts(name, model, DataSpec(dataset), note, hidden=(), sampler=_LINEAR, scored=scored)
 
 
-def _gauss_tanh(name: str, data: DataSpec, rows: str) -> ReferenceInstance:
-    """A ``gauss-*-tanh`` instance: the published Gaussian prior (``MFVI_UNSCALED``) on a 1-3-1 network with
-    tanh units, target acceptance .95 (the comment at ``reghs-cubic-tanh``)."""
+def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:
+    """A ``gauss-*-tanh`` instance: the published Gaussian prior (``MFVI_UNSCALED``) on a network with 3
+    tanh units, target acceptance .95 by default (the comment at ``reghs-cubic-tanh``)."""
     options = {**MFVI_UNSCALED, **_TANH}
-    sampler = SamplerSettings(target_accept=0.95)
+    sampler = SamplerSettings(target_accept=target_accept)
     note = _TANH_NOTE.format(rows)
     return _nuts(name, "mfvi-bnn", data, note, hidden=_WIDTH, sampler=sampler, options=options)
 
@@ -218,7 +218,9 @@ INSTANCES: dict[str, ReferenceInstance] = {
             scored=("ngig-bnn", "bowtie"),
         ),
         _gauss_tanh("gauss-bowtie-tanh", _BOWTIE, "100 of 270 training rows"),
-        _gauss_tanh("gauss-yacht-tanh", _YACHT, "100 of 277 training rows"),
+        # at target acceptance .95 (1769 s) one chain of four stalled at acceptance .45 with 109 divergences
+        # (R-hat of f 1.072; attempts.json); hence .99
+        _gauss_tanh("gauss-yacht-tanh", _YACHT, "100 of 277 training rows", target_accept=0.99),
         _nuts(
             "gauss-bowtie",
             "mfvi-bnn",
