@@ -35,6 +35,11 @@ def add_reference_parser(sub) -> None:
     comp.add_argument("name")
     comp.add_argument("--force", action="store_true", help="replace a stored reference")
     comp.add_argument("--progress", action="store_true", help="show the NUTS progress bar")
+    comp.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the chains in parallel worker processes, one per core (the same draws as in sequence)",
+    )
     sc = rsub.add_parser("score", help="fit a guide on an instance's data and score it against the reference")
     sc.add_argument("spec", metavar="SPEC", help="model[:guide], e.g. hs-bnn:structured")
     sc.add_argument("--instance", required=True)
@@ -113,7 +118,13 @@ def _compute(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Seque
     cmd = "zoo " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         path = compute_and_store(
-            inst, root, force=a.force, data_dir=a.data_dir, progress=a.progress, command=cmd
+            inst,
+            root,
+            force=a.force,
+            data_dir=a.data_dir,
+            progress=a.progress,
+            command=cmd,
+            parallel=a.parallel,
         )
     except GateError as e:
         print(f"zoo reference compute {a.name}: {e}", file=sys.stderr)

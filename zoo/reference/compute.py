@@ -154,14 +154,17 @@ def _invariants(result, x_test: torch.Tensor, total: int) -> dict[str, np.ndarra
     return out
 
 
-def _nuts(inst: ReferenceInstance, ds, progress: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def _nuts(
+    inst: ReferenceInstance, ds, progress: bool, parallel: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from zoo.experiments.registry import build
     from zoo.infer.mcmc import fit_nuts
 
     model, _, spec = build(
         inst.model, ds.in_features, ds.out_features, ds.task, hidden=list(inst.hidden), **inst.options
     )
-    result = fit_nuts(model, ds, inst.sampler.nuts_config(inst.seed, progress=progress), spec=spec)
+    config = inst.sampler.nuts_config(inst.seed, progress=progress, parallel=parallel)
+    result = fit_nuts(model, ds, config, spec=spec)
     chains, total = inst.sampler.chains, result.num_draws
     x_test = torch.as_tensor(ds.x_test, dtype=torch.float32)
     values = _invariants(result, x_test, total)
@@ -199,15 +202,17 @@ def compute_reference(
     progress: bool = False,
     command: str | None = None,
     gate: bool = True,
+    parallel: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """``(arrays, meta)`` of ``instance`` (module docstring); :class:`~zoo.reference.store.GateError` if it
-    fails the gate (``gate=False`` returns it anyway, for inspection; it is never stored)."""
+    fails the gate (``gate=False`` returns it anyway, for inspection; it is never stored).  ``parallel``:
+    NUTS chains in worker processes (:class:`zoo.infer.mcmc.NUTSConfig`; the draws do not change)."""
     if not isinstance(instance, ReferenceInstance):
         raise TypeError(f"instance must be a ReferenceInstance, got {type(instance).__name__}")
     ds = instance.dataset(data_dir)
     t0 = time.perf_counter()
     arrays, extra = (
-        _exact(instance, ds) if instance.method == "enumeration" else _nuts(instance, ds, progress)
+        _exact(instance, ds) if instance.method == "enumeration" else _nuts(instance, ds, progress, parallel)
     )
     wall = time.perf_counter() - t0
     arrays["x_test"], arrays["y_test"] = ds.x_test, ds.y_test
@@ -250,6 +255,7 @@ def compute_and_store(
     data_dir: str | Path | None = None,
     progress: bool = False,
     command: str | None = None,
+    parallel: bool = False,
 ) -> Path:
     """Compute ``instance`` and store it under ``root`` (default :func:`~zoo.reference.store.default_root`);
     an existing reference is refused before any work unless ``force``.  A reference failing the gate raises
@@ -261,7 +267,7 @@ def compute_and_store(
             f"reference {instance.name!r} is already stored at {path}; pass --force to recompute"
         )
     arrays, meta = compute_reference(
-        instance, data_dir=data_dir, progress=progress, command=command, gate=False
+        instance, data_dir=data_dir, progress=progress, command=command, gate=False, parallel=parallel
     )
     try:
         check_gate(meta["diagnostics"])
