@@ -284,6 +284,43 @@ def test_failing_nuts_reference_is_not_stored(tmp_path):
     assert load_attempts(tmp_path) == {}
 
 
+def test_parallel_chains_give_the_same_reference(monkeypatch):
+    """``zoo reference compute --parallel`` runs the chains in worker processes: the same draws, and the flag
+    reaches the sampler."""
+    inst = ReferenceInstance(
+        name="tiny",
+        model="mfvi-bnn",
+        method="nuts",
+        data=DataSpec("toy-bowtie", n_train=20, n_test=4),
+        hidden=(2,),
+        sampler=SamplerSettings(warmup=10, samples=10, max_tree_depth=3, jit_compile=False),
+        draws=8,
+    )
+    asked = []
+    original = SamplerSettings.nuts_config
+
+    def spy(self, seed, progress=False, parallel=False):
+        asked.append(parallel)
+        return original(self, seed, progress=progress, parallel=parallel)
+
+    monkeypatch.setattr(SamplerSettings, "nuts_config", spy)
+    seq, _ = compute_reference(inst, gate=False)
+    par, _ = compute_reference(inst, gate=False, parallel=True)
+    assert asked == [False, True]
+    assert set(seq) == set(par)
+    for k in seq:
+        np.testing.assert_allclose(par[k], seq[k], rtol=1e-6, atol=1e-8, err_msg=k)
+    seen = {}
+
+    def fake(instance, root, **kw):
+        seen.update(kw, name=instance.name)
+        return root
+
+    monkeypatch.setattr("zoo.reference.compute.compute_and_store", fake)
+    assert main(["reference", "compute", "gauss-221", "--root", "unused", "--parallel"]) == 0
+    assert seen["parallel"] is True and seen["name"] == "gauss-221" and "--parallel" in seen["command"]
+
+
 # --------------------------------------------------------------------------------------- command line
 
 
