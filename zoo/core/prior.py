@@ -74,6 +74,6 @@ def check_site_names(prior: Prior, specs: Sequence[ParamSpec]) -> None:
         raise ValueError(
             f"prior: {type(prior).__name__} names a sample site {b!r} after its site {a!r}; Pyro's "
             f"autoguides keep a site's parameters under its dotted name, so {a!r} cannot also hold {b!r} "
-            f'(AutoNormal fails with "has no attribute {leaf!r}"): name it by layer instead, e.g. '
+            f"(AutoNormal fails with \"has no attribute {leaf!r}\"): name it by layer instead, e.g. "
             f"{a.split('.')[0] + '.' + leaf!r}"
         )

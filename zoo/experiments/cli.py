@@ -50,7 +50,9 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from zoo.experiments.plugins import add_plugin_argument
 
-    p = OneLineParser(prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro.")
+    p = OneLineParser(
+        prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro."
+    )
     add_plugin_argument(p, dest="plugin_pre")
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", help="list the registered models")

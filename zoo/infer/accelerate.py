@@ -132,7 +132,6 @@ def squarem_cycle(
     """One SQUAREM cycle (module docstring) on the buffers of ``modules``; ``sweep()`` applies ``F`` in place
     and ``elbo()`` evaluates the ELBO of the current state.  Returns the ELBO of the state it leaves and a
     record ``{"alpha", "accepted", "sweeps", "backtracks"}``."""
-
     def live() -> dict[str, Tensor]:  # refetched after every sweep: a sweep may rebind its buffers
         return state_buffers(*modules)
 
