@@ -259,8 +259,9 @@ def test_instances_are_pinned_and_validated():
     np.testing.assert_array_equal(ds.x_train, get_instance("gauss-bowtie").dataset().x_train)
 
 
-def test_failing_nuts_reference_is_not_stored(tmp_path):
-    inst = ReferenceInstance(
+def _tiny_instance() -> ReferenceInstance:
+    """A NUTS instance far too short for the gate (40 draws), for the machinery's tests."""
+    return ReferenceInstance(
         name="tiny",
         model="mfvi-bnn",
         method="nuts",
@@ -269,6 +270,10 @@ def test_failing_nuts_reference_is_not_stored(tmp_path):
         sampler=SamplerSettings(warmup=10, samples=10, max_tree_depth=3, jit_compile=False),
         draws=8,
     )
+
+
+def test_failing_nuts_reference_is_not_stored(tmp_path):
+    inst = _tiny_instance()
     arrays, meta = compute_reference(inst, gate=False)
     assert arrays["f"].shape == (8, 4) and arrays["f_mean"].shape == (4,) and np.all(arrays["f_mean_se"] > 0)
     assert arrays["norms.fc0"].shape == (8, 2) and np.all(np.diff(arrays["norms.fc0"], axis=1) >= 0)
@@ -287,15 +292,7 @@ def test_failing_nuts_reference_is_not_stored(tmp_path):
 def test_parallel_chains_give_the_same_reference(monkeypatch):
     """``zoo reference compute --parallel`` runs the chains in worker processes: the same draws, and the flag
     reaches the sampler."""
-    inst = ReferenceInstance(
-        name="tiny",
-        model="mfvi-bnn",
-        method="nuts",
-        data=DataSpec("toy-bowtie", n_train=20, n_test=4),
-        hidden=(2,),
-        sampler=SamplerSettings(warmup=10, samples=10, max_tree_depth=3, jit_compile=False),
-        draws=8,
-    )
+    inst = _tiny_instance()
     asked = []
     original = SamplerSettings.nuts_config
 
