@@ -481,8 +481,10 @@ def test_collapsed_options_defaults_validation_and_builder():
         "learn_hyper": False,
         "noise_concentration": 1.0,  # zoo.core.likelihoods.WEAK_NOISE_PRIOR
         "noise_rate": 0.01,
+        "activation": "relu",
     }
     for field, value, err in [
+        ("activation", "swish", ValueError),
         ("gamma_scale", 0.0, ValueError),
         ("alpha_reg", 1.5, ValueError),
         ("alpha_reg", 0.0, ValueError),
@@ -511,3 +513,10 @@ def test_collapsed_options_defaults_validation_and_builder():
         build("cm-bnn", 2, 1, "regression", hidden=(3,), weight_scale=1.0)
     model, _, spec = build("cm-bnn", 2, 1, "regression", hidden=(3,), gamma_scale=20.0)
     assert spec["options"] == {"gamma_scale": 20.0} and float(model.prior.gamma_scale) == 20.0
+    # tanh hidden units (the reference instances' networks): the architecture applies them
+    tanh = build_collapsed("cm", 1, 1, "regression", (3,), activation="tanh")
+    x = torch.linspace(-2, 2, 7).unsqueeze(-1)
+    w0, b0, w1, b1 = torch.randn(3, 1), torch.randn(3), torch.randn(1, 3), torch.randn(1)
+    params = {"fc0.weight": w0, "fc0.bias": b0, "fc1.weight": w1, "fc1.bias": b1}
+    want = (torch.tanh(x @ w0.T + b0) @ w1.T + b1).squeeze(-1)
+    torch.testing.assert_close(tanh.architecture.forward(x, params).squeeze(-1), want)

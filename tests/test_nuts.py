@@ -181,6 +181,30 @@ def test_hierarchical_form_on_request(name: str) -> None:
     assert result.config["hierarchical_form"] is True and model.prior.hierarchical
 
 
+def test_centered_parameterization_on_request(tmp_path) -> None:
+    """``centered=True`` samples a non-centered horseshoe as if it had been built centered (the same draws
+    from the same seed), its draws replay through predict, and a reloaded result keeps the form."""
+    x, y = _blr_data(n=12)
+    cfg = NUTSConfig(chains=1, warmup=6, samples=4, max_tree_depth=3, seed=5, **FAST)
+    built, _, spec = build("hs-bnn", 3, 1, "regression", hidden=(2,), centered=True)
+    switched, _, spec_nc = build("hs-bnn", 3, 1, "regression", hidden=(2,))
+    a = fit_nuts(built, (x, y), cfg, spec=spec)
+    b = fit_nuts(switched, (x, y), cfg.replace(centered=True), spec=spec_nc)
+    assert {"fc0.w", "fc1.w"} <= set(b.samples) and "fc0.beta" not in b.samples
+    assert set(a.samples) == set(b.samples)
+    for site, v in a.samples.items():
+        torch.testing.assert_close(b.samples[site], v, rtol=0, atol=0)
+    assert switched.prior.centered and b.spec["nuts"]["centered"] is True
+    assert a.spec["nuts"]["centered"] is True  # None keeps (and records) the form the model was built in
+    b.save(tmp_path / "c.pt")
+    loaded = load_nuts(tmp_path / "c.pt")
+    assert loaded.model.prior.centered
+    mean = b.predict(x[:3], num_samples=4).mean
+    torch.testing.assert_close(loaded.predict(x[:3], num_samples=4).mean, mean)
+    with pytest.raises(TypeError, match="centered must be a bool"):
+        NUTSConfig(centered="yes")
+
+
 @pytest.mark.parametrize("name, site", [("lbbnn", "gamma"), ("bowtie", "gamma")])
 def test_refuses_discrete_latents(name: str, site: str) -> None:
     x, y = _blr_data(n=8)
@@ -367,6 +391,7 @@ def test_cli_fit_nuts_end_to_end(data_dir, tmp_path, capsys) -> None:
         (["--chains", "2"], "--chains"),
         (["--full-mass"], "--full-mass"),
         (["--hierarchical"], "--hierarchical"),
+        (["--centered"], "--centered"),
     ],
 )
 def test_cli_refuses_bad_nuts_arguments(tmp_path, capsys, extra, flag) -> None:
@@ -387,12 +412,13 @@ def test_cli_form_and_mass_flags_reach_the_sampler_settings(tmp_path) -> None:
     for extra, want in (
         ([], {}),
         (["--full-mass", "--hierarchical"], {"full_mass": True, "hierarchical": True}),
+        (["--centered"], {"centered": True}),
     ):
         a = parser.parse_args([*base, *extra])
         validate_fit(parser, a)
         opts = a.config.fit_options
         assert opts["inference"] == "nuts"
-        assert {k: opts[k] for k in ("full_mass", "hierarchical") if k in opts} == want
+        assert {k: opts[k] for k in ("full_mass", "hierarchical", "centered") if k in opts} == want
     assert not (tmp_path / "o").exists()
 
 

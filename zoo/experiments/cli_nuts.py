@@ -51,6 +51,12 @@ def add_nuts_arguments(f: argparse.ArgumentParser) -> None:
         help="sample a prior that has a hierarchical form (horseshoe auxiliaries, collapsed hyper-latents) "
         "in that form (default: its marginal form, the same posterior with better geometry)",
     )
+    g.add_argument(
+        "--centered",
+        action="store_true",
+        help="sample a horseshoe prior in its centered parameterization (the same posterior; default: "
+        "as built)",
+    )
 
 
 def _given(a: argparse.Namespace, flags: dict[str, str]) -> list[str]:
@@ -61,7 +67,7 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
     """Check the NUTS flags and, for ``--inference nuts``, put the settings into ``a.config.fit_options``."""
     from zoo.infer.mcmc import NUTSConfig
 
-    switches = ("--no-jit", "--sequential", "--full-mass", "--hierarchical")
+    switches = ("--no-jit", "--sequential", "--full-mass", "--hierarchical", "--centered")
     nuts_flags = _given(a, _FLAGS) + [f for f in switches if getattr(a, f[2:].replace("-", "_"))]
     if a.inference != "nuts":
         if nuts_flags:
@@ -80,6 +86,8 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
         settings["full_mass"] = True
     if a.hierarchical:
         settings["hierarchical"] = True
+    if a.centered:
+        settings["centered"] = True
     try:
         NUTSConfig(**settings)
     except (TypeError, ValueError) as e:

@@ -75,7 +75,10 @@ class NUTSConfig(Config):
     worker processes (``None``: when ``chains > 1`` and more than one core is available, one process per
     core); ``threads``: torch threads per chain (``None``: the caller's ``torch.get_num_threads()``);
     ``hierarchical``: sample a prior that has a hierarchical form (``prior.hierarchical``) in that form
-    (default: its marginal form; module docstring);
+    (default: its marginal form; module docstring); ``centered``: sample a prior with a centered /
+    non-centered choice (``prior.centered``, the horseshoe's) in the centered (``True``) or non-centered
+    (``False``) parameterization — the same posterior of weights and scales, another geometry
+    (Papaspiliopoulos, Roberts & Sköld 2007) — or as built (``None``);
     ``full_mass``: adapt a dense mass matrix during warm-up (Pyro's ``full_mass=True``) instead of a diagonal
     one — for small networks whose posterior is strongly correlated (a few dozen parameters: its cost is
     quadratic in their number) it replaces long trajectories at tiny step sizes;
@@ -95,6 +98,7 @@ class NUTSConfig(Config):
     parallel: bool | None = None
     threads: int | None = None
     hierarchical: bool = False
+    centered: bool | None = None
     full_mass: bool = False
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -113,6 +117,7 @@ class NUTSConfig(Config):
         for name in ("jit_compile", "progress", "hierarchical", "full_mass"):
             check_bool(name, getattr(self, name))
         check_optional("parallel", self.parallel, check_bool)
+        check_optional("centered", self.centered, check_bool)
         check_optional("threads", self.threads, check_positive_int)
         if not isinstance(self.init, str) or self.init not in INIT_STRATEGIES:
             raise ValueError(f"init must be one of {sorted(INIT_STRATEGIES)}, got {self.init!r}")
@@ -185,13 +190,15 @@ def check_nuts_model(model: torch.nn.Module, x: Tensor, y: Tensor, name: str | N
     return list(sites)
 
 
-def _set_form(model: torch.nn.Module, hierarchical: bool) -> bool | None:
-    """Switch a prior with a marginal/hierarchical choice to ``hierarchical``; returns the form used."""
+def _set_form(model: torch.nn.Module, attr: str, value: bool | None) -> bool | None:
+    """Switch a prior's boolean form ``attr`` (``"hierarchical"``, ``"centered"``) to ``value`` (``None``:
+    keep it); returns the form sampled, ``None`` for a prior without that choice."""
     prior = getattr(model, "prior", None)
-    if prior is None or not isinstance(getattr(prior, "hierarchical", None), bool):
+    if prior is None or not isinstance(getattr(prior, attr, None), bool):
         return None
-    prior.hierarchical = hierarchical
-    return hierarchical
+    if value is not None:
+        setattr(prior, attr, value)
+    return getattr(prior, attr)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -257,12 +264,12 @@ def _chain_facts(chains: list[dict]) -> list[dict]:
     return [{k: c[k] for k in keys} for c in chains]
 
 
-def _nuts_spec(spec: Mapping | None, form: bool | None) -> dict | None:
+def _nuts_spec(spec: Mapping | None, forms: dict[str, bool | None]) -> dict | None:
     if spec is None:
         return None
     guide = f"{PosteriorDrawsGuide.__module__}.{PosteriorDrawsGuide.__qualname__}"
     out = copy.deepcopy(dict(spec))
-    return {**out, "guide_class": guide, "inference": "nuts", "nuts": {"hierarchical": form}}
+    return {**out, "guide_class": guide, "inference": "nuts", "nuts": dict(forms)}
 
 
 def fit_nuts(
@@ -295,7 +302,8 @@ def fit_nuts(
     x, y, meta = _training_data(data, spec)
     x, y = _check_xy(model, x, y)
     model.to(device="cpu", dtype=x.dtype)  # float64 data: the model's buffers follow (as its device does)
-    form = _set_form(model, cfg.hierarchical)
+    forms = {"hierarchical": _set_form(model, "hierarchical", cfg.hierarchical)}
+    forms["centered"] = _set_form(model, "centered", cfg.centered)
     check_nuts_model(model, x, y, _model_name(model, spec))
     t0 = time.perf_counter()
     chains = run_chains(model, x, y, cfg)
@@ -318,10 +326,10 @@ def fit_nuts(
         steps=cfg.chains * (cfg.warmup + cfg.samples),
         wall_time=wall,
         seed=cfg.seed,
-        config={**cfg.record(), **meta, "hierarchical_form": form},
+        config={**cfg.record(), **meta, "hierarchical_form": forms["hierarchical"]},
         device=torch.device("cpu"),
         converged=bool(diagnostics["rhat_max"] < 1.01) if math.isfinite(diagnostics["rhat_max"]) else False,
         loop_state={"nuts": {"diagnostics": diagnostics, "chains": _chain_facts(chains)}},
-        spec=_nuts_spec(spec, form),
+        spec=_nuts_spec(spec, forms),
         example=(x[:2].clone(), y[:2].clone()),
     )

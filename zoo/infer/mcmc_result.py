@@ -181,10 +181,13 @@ class NUTSResult(FitResult):
 
 
 def _set_form(result: FitResult) -> None:
-    form = ((result.spec or {}).get("nuts") or {}).get("hierarchical")
+    """Put the prior back in the form its draws were sampled in (``spec["nuts"]``: hierarchical, centered)."""
+    forms = (result.spec or {}).get("nuts") or {}
     prior = getattr(result.model, "prior", None)
-    if form is not None and prior is not None and isinstance(getattr(prior, "hierarchical", None), bool):
-        prior.hierarchical = bool(form)
+    for attr in ("hierarchical", "centered"):
+        form = forms.get(attr)
+        if form is not None and prior is not None and isinstance(getattr(prior, attr, None), bool):
+            setattr(prior, attr, bool(form))
 
 
 def load_nuts(path: str | os.PathLike, *, model: torch.nn.Module | None = None) -> NUTSResult:

@@ -114,13 +114,19 @@ def _linear(
     return _nuts(name, model, DataSpec(dataset), note, hidden=(), sampler=_LINEAR, scored=scored)
 
 
-def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:
-    """A ``gauss-*-tanh`` instance: the published Gaussian prior (``MFVI_UNSCALED``) on a network with 3
-    tanh units, target acceptance .95 by default (the comment at ``reghs-cubic-tanh``)."""
-    options = {**MFVI_UNSCALED, **_TANH}
+def _tanh_net(
+    name: str, model: str, data: DataSpec, rows: str, options: dict[str, Any], target_accept: float = 0.95
+) -> ReferenceInstance:
+    """A ``*-tanh`` instance: ``model`` with ``options`` on a network with 3 tanh units, target acceptance
+    .95 by default (the comment at ``reghs-cubic-tanh``)."""
     sampler = SamplerSettings(target_accept=target_accept)
     note = _TANH_NOTE.format(rows)
-    return _nuts(name, "mfvi-bnn", data, note, hidden=_WIDTH, sampler=sampler, options=options)
+    return _nuts(name, model, data, note, hidden=_WIDTH, sampler=sampler, options={**options, **_TANH})
+
+
+def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:
+    """A ``gauss-*-tanh`` instance: the published Gaussian prior (``MFVI_UNSCALED``) on 3 tanh units."""
+    return _tanh_net(name, "mfvi-bnn", data, rows, MFVI_UNSCALED, target_accept)
 
 
 INSTANCES: dict[str, ReferenceInstance] = {
@@ -217,6 +223,24 @@ INSTANCES: dict[str, ReferenceInstance] = {
             options=_TANH,
         ),
         _nuts(
+            "hs-cubic-tanh-centered",
+            "hs-bnn",
+            _CUBIC,
+            "hidden 2, tanh units, sampled centered; 50 of 400 test rows",
+            hidden=(2,),
+            sampler=dataclasses.replace(_HS, target_accept=0.99, samples=1500, centered=True),
+            options=_TANH,
+        ),
+        _nuts(
+            "hs-cubic-tanh-bg1",
+            "hs-bnn",
+            _CUBIC,
+            "hidden 2, tanh units, layer scale b_g = 1; 50 of 400 test rows",
+            hidden=(2,),
+            sampler=dataclasses.replace(_HS, target_accept=0.99, samples=1500),
+            options={**_TANH, "bg": 1.0},
+        ),
+        _nuts(
             "ngig-bowtie",
             "ngig-bnn",
             _BOWTIE,
@@ -238,6 +262,9 @@ INSTANCES: dict[str, ReferenceInstance] = {
             options=MFVI_UNSCALED,
         ),
         _nuts("cm-yacht", "cm-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
+        # the collapsed priors (defaults: Tomczak et al. 2021, Table 4) on gauss-yacht-tanh's network and rows
+        _tanh_net("cm-yacht-tanh", "cm-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
+        _tanh_net("cmv-yacht-tanh", "cmv-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
         _nuts("cmv-yacht", "cmv-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
         _nuts(
             "gauss-yacht",

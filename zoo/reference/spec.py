@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from zoo.core.config import Config
-from zoo.core.validation import check_count, check_positive_int, check_probability
+from zoo.core.validation import (
+    check_bool,
+    check_count,
+    check_optional,
+    check_positive_int,
+    check_probability,
+)
 
 __all__ = ["DataSpec", "SamplerSettings", "ReferenceInstance", "METHODS", "SELECTION_COLUMNS"]
 
@@ -66,6 +72,7 @@ class SamplerSettings(Config):
     init: str = "uniform"
     full_mass: bool = False
     hierarchical: bool = False
+    centered: bool | None = None
 
     def validate(self) -> None:
         if check_positive_int("chains", self.chains) < 4:
@@ -76,6 +83,7 @@ class SamplerSettings(Config):
         check_positive_int("samples", self.samples)
         check_probability("target_accept", self.target_accept)
         check_positive_int("max_tree_depth", self.max_tree_depth)
+        check_optional("centered", self.centered, check_bool)
 
     def nuts_config(self, seed: int, progress: bool = False, parallel: bool | None = False):
         """The :class:`zoo.infer.mcmc.NUTSConfig` of these settings."""

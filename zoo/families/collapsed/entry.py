@@ -55,7 +55,7 @@ def build_collapsed(
     ``alpha_reg``/``delta`` buffers.  ``options``: a :class:`CollapsedOptions` or a mapping, updated by
     keyword options (``gamma_scale=20``, ``learn_hyper=True``, ...)."""
     opts = resolve(CollapsedOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
+    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=opts.activation)
     prior = CollapsedPrior(
         kind,
         gamma_scale=opts.gamma_scale,

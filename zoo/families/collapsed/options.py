@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zoo.core.architectures import ACTIVATIONS
 from zoo.core.config import Config
 from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
 from zoo.core.validation import check_bool, check_positive, check_probability
@@ -35,7 +36,9 @@ class CollapsedOptions(Config):
     standardized targets' variance, ``IG(noise_concentration, noise_rate)`` (ignored otherwise; default
     :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`, ``IG(1, 0.01)``: Tomczak et al. 2021 state no noise
     prior; the zoo's earlier ``IG(2, 0.5)`` acts as four pseudo-observations of variance 0.25 and doubled
-    the noise variance on yacht, and stays pinned as :data:`COLLAPSED_IG2_NOISE` by ``collapsed-uci``).
+    the noise variance on yacht, and stays pinned as :data:`COLLAPSED_IG2_NOISE` by ``collapsed-uci``);
+    ``activation``: the hidden units' nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`;
+    the reference instances use ``tanh``, as for ``mfvi-bnn``).
     """
 
     gamma_scale: float = 1.0
@@ -47,6 +50,7 @@ class CollapsedOptions(Config):
     learn_hyper: bool = False
     noise_concentration: float = WEAK_NOISE_PRIOR[0]
     noise_rate: float = WEAK_NOISE_PRIOR[1]
+    activation: str = "relu"
 
     def validate(self) -> None:
         for name in ("fan_in_scaling", "learn_hyper"):
@@ -55,3 +59,5 @@ class CollapsedOptions(Config):
             check_positive(name, getattr(self, name))
         check_probability("alpha_reg", self.alpha_reg, allow_one=True)
         check_probability("delta", self.delta)
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
