@@ -126,6 +126,16 @@ def _tanh_net(
     return _nuts(name, model, data, note, hidden=_WIDTH, sampler=sampler, options={**options, **_TANH})
 
 
+def _hs_tanh(
+    name: str, data: DataSpec, note: str, hidden: tuple[int, ...] = (2,), **sampler: Any
+) -> ReferenceInstance:
+    """A horseshoe (``hs-bnn``, the paper's scales unless ``options`` in ``sampler`` say otherwise) on tanh
+    units, dense mass matrix, target acceptance .99 unless ``sampler`` sets the fields it names."""
+    options = {**_TANH, **sampler.pop("options", {})}
+    settings = dataclasses.replace(_HS, **{"target_accept": 0.99, **sampler})
+    return _nuts(name, "hs-bnn", data, note, hidden=hidden, sampler=settings, options=options)
+
+
 def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:
     """A ``gauss-*-tanh`` instance: the published Gaussian prior (``MFVI_UNSCALED``) on 3 tanh units."""
     return _tanh_net(name, "mfvi-bnn", data, rows, MFVI_UNSCALED, target_accept)
@@ -215,48 +225,34 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # kappa (R-hat 1.019, bulk ESS 212) and had one divergence; at .995 with 4 x (500 + 2500) (3888 s, two
         # chain processes) f, sigma and the norms are far inside the gate (R-hat <= 1.0015, bulk ESS >= 1823)
         # but kappa is not (R-hat 1.013, bulk ESS 268) and there were 13 divergences (attempts.json)
-        _nuts(
+        _hs_tanh(
             "hs-cubic-tanh",
-            "hs-bnn",
             _CUBIC,
             "hidden 2, tanh units; 50 of 400 test rows",
-            hidden=(2,),
-            sampler=dataclasses.replace(_HS, target_accept=0.995, samples=2500),
-            options=_TANH,
+            target_accept=0.995,
+            samples=2500,
         ),
         # one tanh unit: stopped after two of four chains (not in attempts.json) — the first at step size
         # 0.0018, the second at 0.013 with acceptance .42 against the target .99 (divergent trajectories)
-        _nuts(
-            "hs-cubic-tanh-w1",
-            "hs-bnn",
-            _CUBIC,
-            "hidden 1, tanh unit; 50 of 400 test rows",
-            hidden=(1,),
-            sampler=dataclasses.replace(_HS, target_accept=0.99),
-            options=_TANH,
-        ),
+        _hs_tanh("hs-cubic-tanh-w1", _CUBIC, "hidden 1, tanh unit; 50 of 400 test rows", hidden=(1,)),
         # hs-cubic-tanh sampled in the centered parameterization (the same posterior): 4 x (500 + 1500) at
         # .99, 1767 s: three chains ran at step sizes 0.04-0.08 (200-320 s each), one stayed at 0.0012 with 4
         # divergences in another region, R-hat 1.53 on f; with b_g = 1 (non-centered, the same settings,
         # 3383 s) the chains disagree too (R-hat 1.50 on f, 46 divergences): the paper's b_g = 1e-5 and the
         # non-centered form come closest (attempts.json)
-        _nuts(
+        _hs_tanh(
             "hs-cubic-tanh-centered",
-            "hs-bnn",
             _CUBIC,
             "hidden 2, tanh units, sampled centered; 50 of 400 test rows",
-            hidden=(2,),
-            sampler=dataclasses.replace(_HS, target_accept=0.99, samples=1500, centered=True),
-            options=_TANH,
+            samples=1500,
+            centered=True,
         ),
-        _nuts(
+        _hs_tanh(
             "hs-cubic-tanh-bg1",
-            "hs-bnn",
             _CUBIC,
             "hidden 2, tanh units, layer scale b_g = 1; 50 of 400 test rows",
-            hidden=(2,),
-            sampler=dataclasses.replace(_HS, target_accept=0.99, samples=1500),
-            options={**_TANH, "bg": 1.0},
+            samples=1500,
+            options={"bg": 1.0},
         ),
         _nuts(
             "ngig-bowtie",
@@ -274,15 +270,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # inputs and the bias) rather than the cubic toy's 2, so the data should pin it down better; they do
         # not: 4 x (500 + 1000) at .99 (two chain processes, 1276 s) — one chain stuck at acceptance .27 with
         # 645 divergences, the other three at step sizes 0.0026-0.0095 in different modes (R-hat 1.85 on f)
-        _nuts(
-            "hs-yacht-tanh",
-            "hs-bnn",
-            _YACHT,
-            _TANH_NOTE.format("100 of 277 training rows"),
-            hidden=_WIDTH,
-            sampler=dataclasses.replace(_HS, target_accept=0.99),
-            options=_TANH,
-        ),
+        _hs_tanh("hs-yacht-tanh", _YACHT, _TANH_NOTE.format("100 of 277 training rows"), hidden=_WIDTH),
         _nuts(
             "gauss-bowtie",
             "mfvi-bnn",
