@@ -283,7 +283,8 @@ INSTANCES: dict[str, ReferenceInstance] = {
         _nuts("cm-yacht", "cm-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
         # the collapsed priors (Tomczak et al. 2021, Table 4 defaults) on gauss-yacht-tanh's network and rows:
         # cm-yacht-tanh at .99 (1731 s): no divergence, but the chains sit in different predictive modes
-        # (R-hat 1.74 on f, 1.61 on sigma), as cm-221's did (attempts.json)
+        # (R-hat 1.74 on f, 1.61 on sigma), as cm-221's did; cmv-yacht-tanh likewise (1696 s, no divergence,
+        # R-hat 2.49 on f; attempts.json)
         _tanh_net("cm-yacht-tanh", "cm-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
         _tanh_net("cmv-yacht-tanh", "cmv-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
         _nuts("cmv-yacht", "cmv-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
