@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from zoo.core.validation import check_positive_int, check_widths
 
-__all__ = ["ParamSpec", "Architecture", "MLP", "align_particles", "ACTIVATIONS"]
+__all__ = ["ParamSpec", "Architecture", "MLP", "align_particles", "ACTIVATIONS", "check_activation"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,13 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "softplus": F.softplus,
     "identity": lambda t: t,
 }
+
+
+def check_activation(activation: object) -> str:
+    """``activation`` if it is a key of :data:`ACTIVATIONS`, else a ``ValueError`` naming the choices."""
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    return activation
 
 
 class Architecture(nn.Module, metaclass=abc.ABCMeta):
@@ -115,9 +122,7 @@ class MLP(Architecture):
         self.in_features = check_positive_int("in_features", in_features)
         self.out_features = check_positive_int("out_features", out_features)
         self.hidden = check_widths("hidden", hidden) if hidden != () else ()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.activation = activation
+        self.activation = check_activation(activation)
         self.bias = bool(bias)
         self.widths = (self.in_features, *self.hidden, self.out_features)
 

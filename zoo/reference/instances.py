@@ -127,13 +127,19 @@ def _tanh_net(
 
 
 def _hs_tanh(
-    name: str, data: DataSpec, note: str, hidden: tuple[int, ...] = (2,), **sampler: Any
+    name: str,
+    data: DataSpec,
+    note: str,
+    hidden: tuple[int, ...] = (2,),
+    options: dict[str, Any] | None = None,
+    **sampler: Any,
 ) -> ReferenceInstance:
-    """A horseshoe (``hs-bnn``, the paper's scales unless ``options`` in ``sampler`` say otherwise) on tanh
-    units, dense mass matrix, target acceptance .99 unless ``sampler`` sets the fields it names."""
-    options = {**_TANH, **sampler.pop("options", {})}
+    """A horseshoe (``hs-bnn``, the paper's scales unless ``options`` change them) on tanh units, dense mass
+    matrix, target acceptance .99; ``sampler``: :class:`SamplerSettings` fields that differ."""
     settings = dataclasses.replace(_HS, **{"target_accept": 0.99, **sampler})
-    return _nuts(name, "hs-bnn", data, note, hidden=hidden, sampler=settings, options=options)
+    return _nuts(
+        name, "hs-bnn", data, note, hidden=hidden, sampler=settings, options={**_TANH, **(options or {})}
+    )
 
 
 def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.core.architectures import ACTIVATIONS
+from zoo.core.architectures import check_activation
 from zoo.core.config import Config
 from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
 from zoo.core.validation import check_bool, check_optional, check_positive
@@ -65,8 +65,7 @@ class MFVIOptions(Config):
         check_bool("hierarchical_scale", self.hierarchical_scale)
         for name in ("weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        check_activation(self.activation)
         if self.hierarchical_scale and self.fan_in_scaling:
             raise ValueError(
                 "fan_in_scaling: the hierarchical_scale prior (arXiv:2411.11132 App. D.2) divides the weight "

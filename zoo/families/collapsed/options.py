@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.core.architectures import ACTIVATIONS
+from zoo.core.architectures import check_activation
 from zoo.core.config import Config
 from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
 from zoo.core.validation import check_bool, check_positive, check_probability
@@ -59,5 +59,4 @@ class CollapsedOptions(Config):
             check_positive(name, getattr(self, name))
         check_probability("alpha_reg", self.alpha_reg, allow_one=True)
         check_probability("delta", self.delta)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        check_activation(self.activation)

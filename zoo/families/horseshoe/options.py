@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zoo.core.architectures import ACTIVATIONS
+from zoo.core.architectures import check_activation
 from zoo.core.config import Config
 from zoo.core.likelihoods import WEAK_NOISE_PRIOR
 from zoo.core.validation import check_positive
@@ -52,5 +52,4 @@ class HorseshoeOptions(Config):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in _POSITIVE:
             check_positive(name, getattr(self, name))
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        check_activation(self.activation)
