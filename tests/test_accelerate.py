@@ -21,12 +21,26 @@ def _data(n: int = 60, d: int = 3, seed: int = 0) -> tuple[torch.Tensor, torch.T
     return x.float(), y.float()  # the dtype the loop fits in, so a sweep here sees the same data
 
 
-def _fit(name: str, accelerate: str | None, steps: int, tol: float | None = None, hidden=(3,), device=None,
-         **options):
+def _fit(
+    name: str,
+    accelerate: str | None,
+    steps: int,
+    tol: float | None = None,
+    hidden=(3,),
+    device=None,
+    **options,
+):
     x, y = (t.to(device) for t in _data())
     model, guide, _ = build(name, x.shape[1], 1, "regression", hidden=hidden, seed=0, **options)
-    cfg = {"steps": steps, "tol": tol, "patience": 1, "seed": 0, "progress": False, "accelerate": accelerate,
-           "device": device}
+    cfg = {
+        "steps": steps,
+        "tol": tol,
+        "patience": 1,
+        "seed": 0,
+        "progress": False,
+        "accelerate": accelerate,
+        "device": device,
+    }
     res = fit(model, guide, x, y, **cfg)
     return res, x, y
 
@@ -91,6 +105,53 @@ def test_safeguard_falls_back_to_the_plain_sweeps_when_extrapolation_fails() -> 
     value, rec = squarem_cycle(sweep, elbo, (m,), max_backtracks=1)
     assert rec["sweeps"] == 4
     assert not rec["accepted"] and float(m.t) == pytest.approx(0.75) and value == pytest.approx(0.75)
+
+
+def test_safeguard_compares_with_the_elbo_the_cycle_started_from() -> None:
+    """With ``elbo0`` (the ELBO of theta0, which the loop passes from the previous cycle) an extrapolated
+    state is kept when it is at least as good as theta0, and the cycle evaluates the ELBO once; without it,
+    the cycle compares with theta2 and evaluates twice."""
+    m = torch.nn.Module()
+    m.register_buffer("t", torch.tensor([0.0], dtype=torch.float64))
+    calls: list[float] = []
+
+    def sweep() -> None:  # t -> (t + 1)/2
+        m.t = 0.5 * (m.t + 1.0)
+
+    def elbo() -> float:  # rises to t = 0.8, falls after: theta2 = .75 scores .75, F(theta') = .97 scores .63
+        t = float(m.t)
+        calls.append(t)
+        return t if t <= 0.8 else 1.6 - t
+
+    # from 0: theta' = 1 (alpha = -2), F(theta') = 1 scores .6: below theta2's .75 but above theta0's 0
+    value, rec = squarem_cycle(sweep, elbo, (m,), max_backtracks=0, elbo0=0.0)
+    assert rec["accepted"] and value == pytest.approx(0.6) and float(m.t) == pytest.approx(1.0)
+    assert calls == [pytest.approx(1.0)]
+    m.t = torch.tensor([0.0], dtype=torch.float64)
+    calls.clear()
+    value, rec = squarem_cycle(sweep, elbo, (m,), max_backtracks=0)
+    assert not rec["accepted"] and float(m.t) == pytest.approx(0.75) and value == pytest.approx(0.75)
+    assert len(calls) == 2
+
+
+def test_resumed_squarem_fit_equals_the_uninterrupted_one(tmp_path) -> None:
+    """k SQUAREM cycles, save, load, k more equals 2k at once, bit for bit: the cached ELBO of the last
+    cycle and the expanded covariance buffer both survive the checkpoint."""
+    from zoo.infer import checkpoint
+    from zoo.infer.loop import resume
+
+    x, y = _data()
+    full, _, _ = _fit("bowtie", "squarem", 12, hidden=(3,))
+    half, _, _ = _fit("bowtie", "squarem", 6, hidden=(3,))
+    checkpoint.save(half, tmp_path / "c.pt")
+    model, guide, _ = build("bowtie", x.shape[1], 1, "regression", hidden=(3,), seed=0)
+    loaded = checkpoint.load(tmp_path / "c.pt", model=model, guide=guide)
+    assert loaded.loop_state["squarem_elbo"] == half.elbo[-1]
+    s_last = dict(loaded.guide.named_buffers())["S0"]
+    assert s_last.stride(0) == 0  # one matrix for every row, as the sweep left it
+    resumed = resume(loaded, x, y, 6, progress=False)
+    assert resumed.elbo == full.elbo
+    np.testing.assert_array_equal(_state(resumed), _state(full))
 
 
 def test_accelerate_is_refused_where_it_does_not_apply() -> None:

@@ -523,3 +523,54 @@ def test_guide_options_config_and_keywords():
         build("bowtie", 2, 1, "regression", hidden=[3], guide_options={"nope": 1})
     with pytest.raises(ValueError, match="forgetting_rate"):
         BowtieCAVIGuide(m, forgetting_rate=0.4)
+
+
+def test_shared_covariance_and_rank_one_moments_equal_the_materialized_ones():
+    """One hidden layer: the sweep keeps its ``S`` as one matrix for every row and the data input as rank one
+    (:class:`guides.bowtie.moments.Moments`); every moment a sweep reads equals the one computed from the
+    materialized (N, D, D) arrays, to rounding."""
+    from guides.bowtie.activations import _shared_times_gain
+    from guides.bowtie.moments import forward_moments, layer_pre_moments
+    from guides.bowtie.noise import expected_squares, noise_precision
+    from guides.bowtie.state import Hyper, as_float64
+    from guides.bowtie.weights import weight_natural
+
+    x, y = make_bowtie_toy(n=40, seed=2)
+    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    model, guide, _ = build("bowtie", 2, 1, "regression", hidden=(4,), seed=0)
+    with torch.no_grad():
+        for _ in range(5):
+            guide.closed_form_update(model, x, y)
+    xd, yd = as_float64(x, y)
+    hyp, g, loc = Hyper.from_model(model), guide.q, guide.train_locals
+    assert loc.S[0].stride(0) == 0  # the sweep left one matrix for every row
+    gain = (noise_precision(g, 0) * loc.rho[0]).unsqueeze(-1) * g.m[0][:, 1:]  # K = diag(w) m^W, per row
+    s1 = loc.S[0][0]  # M = S K as one matrix product
+    torch.testing.assert_close(_shared_times_gain(s1, g, loc, 0), s1 @ gain, rtol=1e-12, atol=1e-14)
+    fast = forward_moments(xd, loc)
+    loc.S[0] = loc.S[0].clone()  # the same numbers, materialized: the general path
+    slow = forward_moments(xd, loc)
+    assert fast.low_rank(1) and not slow.low_rank(1)
+    for k in (0, 1):
+        for a, b in zip(layer_pre_moments(g, fast, k), layer_pre_moments(g, slow, k)):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        for a, b in zip(weight_natural(hyp, g, loc, fast, yd, k), weight_natural(hyp, g, loc, slow, yd, k)):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-10)
+        torch.testing.assert_close(
+            expected_squares(g, loc, fast, yd, k),
+            expected_squares(g, loc, slow, yd, k),
+            rtol=1e-12,
+            atol=1e-12,
+        )
+    ez, _ = layer_pre_moments(g, fast, 0)
+    torch.testing.assert_close(
+        fast.cross_dot(0, g.m[0], ez), (fast.cross(0) * g.m[0]).sum(-1), rtol=1e-12, atol=0
+    )
+    w = torch.rand(40, 4, dtype=torch.float64)
+    torch.testing.assert_close(
+        fast.cross_sum(0, w), torch.einsum("nd,ndi->di", w, slow.cross(0)), rtol=1e-12, atol=0
+    )
+    torch.testing.assert_close(
+        fast.second_diag(0), slow.second(0).diagonal(dim1=-2, dim2=-1), rtol=1e-12, atol=0
+    )
+    torch.testing.assert_close(fast.aa(1), slow.aa(1), rtol=1e-12, atol=1e-12)

@@ -50,7 +50,7 @@ def update_omega(temp: float, g: Globals, loc: Locals, mom: Moments) -> None:
 def update_rho(temp: float, g: Globals, loc: Locals, mom: Moments, k: int) -> None:
     """Eq. (18): ``logit rho = E[z]/T + E[eta^-2] (E[a z] - E[z^2]/2)`` of hidden layer ``k`` (in place)."""
     ez, ez2 = layer_pre_moments(g, mom, k)
-    eaz = (mom.cross[k] * g.m[k]).sum(-1)
+    eaz = mom.cross_dot(k, g.m[k], ez)
     loc.rho[k] = torch.sigmoid(ez / temp + noise_precision(g, k) * (eaz - 0.5 * ez2))
 
 
@@ -62,6 +62,17 @@ def _gain(g: Globals, loc: Locals, k: int) -> Tensor:
 def _own_information(g: Globals, loc: Locals, k: int) -> Tensor:
     """``E[eta^-2_k] rho_k m^b_k``: the linear term of layer ``k``'s own conditional, (N, D_k)."""
     return noise_precision(g, k) * loc.rho[k] * g.m[k][:, 0]
+
+
+def _shared_times_gain(s1: Tensor, g: Globals, loc: Locals, k: int) -> Tensor:
+    """``M_k = S K_k`` (N, D_k, D_{k-1}) for one matrix ``S`` (D_k, D_k) and the gain
+    ``K_k = diag(w_n) m^W_k``, ``w = E[eta^-2_k] rho_k``: ``M[n, i, :] = sum_j w[n, j] S[i, j] m^W[j, :]``,
+    one matrix product of ``w`` with the (D_k, D_k D_{k-1}) array ``S[i, j] m^W[j, :]`` instead of N small
+    ones."""
+    w, mw = noise_precision(g, k) * loc.rho[k], g.m[k][:, 1:]
+    d, p = mw.shape
+    table = (s1.unsqueeze(-1) * mw.unsqueeze(0)).transpose(0, 1).reshape(d, d * p)  # [j, (i, p)]
+    return (w @ table).reshape(w.shape[0], d, p)
 
 
 def _last_hidden(g: Globals, loc: Locals, y: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -77,7 +88,7 @@ def _last_hidden(g: Globals, loc: Locals, y: Tensor | None) -> tuple[Tensor, Ten
         lam = lam + torch.einsum("d,dij->ij", c, eww_out[:, 1:, 1:])
         h = h + (c * y) @ m_out[:, 1:] - c @ eww_out[:, 1:, 0]
     s1, _ = gauss_from_precision(lam, torch.zeros_like(e))
-    return s1, h @ s1, _gain(g, loc, k)
+    return s1, h @ s1, _gain(g, loc, k) if g.num_hidden > 1 else None
 
 
 def _inner_hidden(
@@ -108,7 +119,7 @@ def update_activations(temp: float, g: Globals, loc: Locals, y: Tensor | None) -
     k = g.num_hidden - 1
     s1, t, kk = _last_hidden(g, loc, y)
     s = s1.expand(t.shape[0], -1, -1)
-    loc.S[k], loc.t[k], loc.M[k] = s, t, s1 @ kk
+    loc.S[k], loc.t[k], loc.M[k] = s, t, _shared_times_gain(s1, g, loc, k)
     nxt = (s, t, kk)
     for k in range(g.num_hidden - 2, -1, -1):
         s, t, kk = _inner_hidden(temp, g, loc, k, nxt)

@@ -20,7 +20,10 @@ F64 = torch.float64
 
 
 def sym(a: Tensor) -> Tensor:
-    """``(A + A^T) / 2`` over the last two dimensions."""
+    """``(A + A^T) / 2`` over the last two dimensions; a batch that is an expanded view of one matrix stays
+    one (symmetrized once)."""
+    if a.dim() == 3 and a.shape[0] > 1 and a.stride(0) == 0:
+        return sym(a[0]).expand(a.shape)
     return 0.5 * (a + a.transpose(-1, -2))
 
 

@@ -42,8 +42,7 @@ def expected_squares(g: Globals, loc: Locals, mom: Moments, y: Tensor | None, k:
     if k == g.num_hidden:
         return y * y - 2.0 * y * ez + ez2
     rho = loc.rho[k]
-    ea2 = mom.second[k].diagonal(dim1=-2, dim2=-1)
-    return ea2 - 2.0 * rho * (mom.cross[k] * g.m[k]).sum(-1) + rho * ez2
+    return mom.second_diag(k) - 2.0 * rho * mom.cross_dot(k, g.m[k], ez) + rho * ez2
 
 
 def noise_factors(

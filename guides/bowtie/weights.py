@@ -35,17 +35,27 @@ def weight_natural(
     (:func:`zoo.infer.distributed.data_sum`: the sufficient statistics of distributed CAVI)."""
     temp = hyp.temp
     e = noise_precision(g, k)
-    amean, aa = mom.amean[k], mom.AA[k]
+    amean = mom.amean[k]
     if k == g.num_hidden:
         c = e.expand(amean.shape[0], -1)
         rhs = (c * y).T @ amean
     else:
         rho = loc.rho[k]
         c = e * rho + pg_mean(loc.A[k]) / temp**2
-        rhs = torch.einsum("nd,ndi->di", e * rho, mom.cross[k]) + ((rho - 0.5) / temp).T @ amean
-    gram = (c.T @ aa.reshape(aa.shape[0], -1)).reshape(-1, *aa.shape[1:])  # sum_n c_nd E[a~ a~^T]_n
-    prec = scale * data_sum(gram) + torch.diag_embed(prior_precision(hyp, g, k))
+        rhs = mom.cross_sum(k, e * rho) + ((rho - 0.5) / temp).T @ amean
+    prec = scale * data_sum(_gram(mom, k, c)) + torch.diag_embed(prior_precision(hyp, g, k))
     return prec, scale * data_sum(rhs)
+
+
+def _gram(mom: Moments, k: int, c: Tensor) -> Tensor:
+    """``sum_n c_{n,d} E[a~ a~^T]_n`` (D, P, P); where ``E[a~ a~^T] = C + E[a~] E[a~]^T`` with one ``C`` for
+    every ``n`` (:class:`~guides.bowtie.moments.Moments`), ``(sum_n c_{n,d}) C + E[a~]^T diag(c_d) E[a~]``."""
+    if mom.low_rank(k):
+        amean, shared = mom.amean[k], mom.shared[k]
+        outer = (amean.T.unsqueeze(0) * c.T.unsqueeze(1)) @ amean
+        return outer + c.sum(0)[:, None, None] * shared
+    aa = mom.aa(k)
+    return (c.T @ aa.reshape(aa.shape[0], -1)).reshape(-1, *aa.shape[1:])
 
 
 def update_weights(

@@ -22,6 +22,7 @@ from pyro.params.param_store import param_with_module_name
 
 from zoo.core.validation import resolve_device
 from zoo.experiments.registry import build_from_spec
+from zoo.infer.accelerate import repeated_slice
 from zoo.infer.codec import decode_constraint, decode_loss, set_rng_state
 from zoo.infer.optim import make_optimizer, optimizer_name
 from zoo.infer.result import ConvergenceMonitor, FitResult, guide_class_path
@@ -190,7 +191,16 @@ def _load_state(module: object, state: dict | None, what: str) -> None:
             continue
         owner_name, _, leaf = full.rpartition(".")
         owner = module.get_submodule(owner_name) if owner_name else module
-        owner._buffers[leaf] = saved.to(buf.device, buf.dtype).clone(memory_format=torch.preserve_format)
+        owner._buffers[leaf] = _copy_with_layout(saved.to(buf.device, buf.dtype))
+
+
+def _copy_with_layout(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its strides; an expanded view (stride 0, e.g. the bow-tie's one covariance matrix
+    shared by every row) comes back as an expanded view of a copy of the slice it repeats."""
+    base = repeated_slice(t)
+    if base.shape != t.shape:
+        return base.clone().expand(t.shape)
+    return t.clone(memory_format=torch.preserve_format)
 
 
 def _loop_state(saved: dict) -> dict:

@@ -336,7 +336,9 @@ def _step(svi: SVI, result: FitResult, x: Tensor, y: Tensor | None, idx: Tensor 
                     lambda: guide.closed_form_update(result.model, x, y, subsample=None),
                     lambda: guide.closed_form_elbo(result.model, x, y, subsample=None),
                     (guide, result.model),
+                    elbo0=state.get("squarem_elbo"),  # the ELBO the last cycle left (kept on resume)
                 )
+                state["squarem_elbo"] = elbo
                 state["sweeps"] = state.get("sweeps", 0) + cycle["sweeps"]
                 state["squarem_accepted"] = state.get("squarem_accepted", 0) + int(cycle["accepted"])
             else:
