@@ -50,9 +50,11 @@ def fit_row(
     options: dict | None = None,
     label: str = "",
     guide_options: dict | None = None,
+    steps: int | None = None,
 ) -> dict:
-    """One fit of ``spec`` (``model[:guide]``, builder ``options``, ``guide_options``) on ``uci:dataset``
-    split ``split`` and its calibration row (named ``spec+label`` when a label is given)."""
+    """One fit of ``spec`` (``model[:guide]``, builder ``options``, ``guide_options``, ``steps`` if not the
+    entry's default) on ``uci:dataset`` split ``split`` and its calibration row (named ``spec+label`` when a
+    label is given)."""
     import torch
 
     from zoo.eval.metrics import interval_coverage, mixture_pit
@@ -67,6 +69,7 @@ def fit_row(
         progress=False,
         options=options or {},
         guide_options=guide_options or {},
+        steps=steps,
     )
     cfg = RunConfig.from_dict({**cfg.to_dict(), "train_metrics": True})
     t0 = time.perf_counter()
@@ -196,11 +199,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--options", type=json.loads, default=None, help="builder options (JSON) of every model")
     p.add_argument("--guide-options", type=json.loads, default=None, help="guide options (JSON)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the entry's)")
     p.add_argument("--label", default="", help="suffix of the model names when options are given")
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
     a = p.parse_args(argv)
-    if (a.options is not None or a.guide_options is not None) and not a.label:
-        p.error("--options/--guide-options need --label (the rows must not mix with the defaults' rows)")
+    if (a.options is not None or a.guide_options is not None or a.steps is not None) and not a.label:
+        p.error("--options/--guide-options/--steps need --label (the rows must not mix with the defaults')")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
     logging.basicConfig(level=logging.WARNING)
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 for ds in a.datasets:
                     for k in a.splits:
                         if (spec + suffix, ds, k) not in done:
-                            row = fit_row(spec, ds, k, a.options, a.label, a.guide_options)
+                            row = fit_row(spec, ds, k, a.options, a.label, a.guide_options, a.steps)
                             append_line(fh, json.dumps(row))
                             print(json.dumps(row), flush=True)
     command = "python benchmarks/calibration.py " + shlex.join(argv if argv is not None else sys.argv[1:])

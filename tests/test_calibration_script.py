@@ -21,6 +21,8 @@ def test_fit_row_is_consistent(data_dir, monkeypatch, benchmark_script):
     assert all(0 <= c <= 1 for c in cov) and cov == sorted(cov)  # nested intervals cover more
     assert row["noise_ratio"] > 0 and 0 <= row["epistemic_share"] <= 1
     assert np.isfinite(row["nll"]) and row["split"] == 0
+    short = mod.fit_row("mfvi-bnn", "yacht", 0, label="short", steps=3)  # steps reach the fit
+    assert short["model"] == "mfvi-bnn+short" and short["nll"] != row["nll"]
 
 
 def test_summary_report_and_figure(tmp_path, benchmark_script):
@@ -49,7 +51,11 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
 
 def test_options_need_a_label(tmp_path, capsys, benchmark_script):
     mod = benchmark_script("calibration")
-    refused = (("--options", '{"noise_rate": 0.1}'), ("--guide-options", '{"noise_update": "gradient"}'))
+    refused = (
+        ("--options", '{"noise_rate": 0.1}'),
+        ("--guide-options", '{"noise_update": "gradient"}'),
+        ("--steps", "5000"),
+    )
     for flag, value in refused:
         with pytest.raises(SystemExit):
             mod.main([flag, value, "--out", str(tmp_path)])

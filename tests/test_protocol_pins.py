@@ -4,8 +4,11 @@ builds the old model, and the defaults build the new one."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
+from zoo.experiments.config import RunConfig
 from zoo.experiments.registry import build
 from zoo.experiments.reproduce import PROTOCOLS, available_protocols, run_config
 from zoo.families.baselines.options import MFVI_UNSCALED
@@ -41,6 +44,25 @@ def test_horseshoe_regression_rows_use_the_papers_noise_model(protocol):
         assert dict(cfg.options) == PAPER_NOISE["options"] and dict(cfg.guide_options) == {
             "noise_update": "gradient"
         }
+
+
+def test_hs_uci_keeps_the_papers_5000_steps_and_the_defaults_train_large_sets_for_175_epochs():
+    from zoo.data.core import from_arrays
+    from zoo.experiments.runs import _fit_kwargs, default_steps
+    from zoo.families.horseshoe.entry import FIT_DEFAULTS
+
+    for r in _runs("hs-uci", "hs-bnn") + _runs("hs-uci", "reg-hs-bnn"):
+        assert run_config(r)[2].steps == 5000, r.variant
+    assert default_steps(FIT_DEFAULTS, 7373, 128) == 10081  # kin8nm's training rows: ceil(175 * 7373 / 128)
+    assert default_steps(FIT_DEFAULTS, 277, 128) == 5000  # yacht: 5000 steps are 2310 epochs already
+    assert default_steps(FIT_DEFAULTS, 7373, None) == 5000  # full batch: a step is an epoch
+    assert default_steps({"steps": 300}, 10**6, 10) == 300  # entries without min_epochs keep their steps
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(4000, 2)), rng.normal(size=4000)
+    ds = from_arrays("big", "regression", x[:3800], y[:3800], x[3800:], y[3800:])
+    cpu = torch.device("cpu")
+    assert _fit_kwargs(RunConfig(), FIT_DEFAULTS, ds, cpu)["steps"] == 5196  # ceil(175 * 3800 / 128)
+    assert _fit_kwargs(RunConfig(steps=7), FIT_DEFAULTS, ds, cpu)["steps"] == 7  # asked for: kept
 
 
 def test_pinned_and_default_models_differ_where_they_should():
