@@ -60,6 +60,20 @@ def test_loglik_matches_gaussian_density_and_target_scaling(device):
     assert torch.allclose(p.mean, 3.0 + 2.0 * (x[:5] @ res.guide.m), atol=0.5)
 
 
+def test_predictive_variance_survives_a_large_target_mean():
+    """A float32 fit of targets with mean 1000 and sd 1e-3 (naval's ratio, magnified): the predictive
+    variance on the original scale is the standardized one times sd^2, not ``E[f^2] - E[f]^2`` cancelled to
+    zero in float32 (which is what it was)."""
+    res, x, _ = _blr_fit()
+    res.model.float(), res.guide.float()
+    xf = x[:9].float()
+    plain = predict(res, xf, num_samples=50, seed=3)
+    res.config.update(y_mean=1000.0, y_std=1e-3)
+    shifted = predict(res, xf, num_samples=50, seed=3)
+    assert shifted.mean.dtype == torch.float32 and torch.all(shifted.var > 0)
+    torch.testing.assert_close(shifted.var, plain.var * 1e-6, rtol=1e-5, atol=0)
+
+
 def test_large_input_is_chunked():
     """A 10k x 784 test set with 100 draws: memory is bounded by chunk sizes, output shapes right."""
     m, g, spec = build("mfvi-bnn", 784, 10, "multiclass", hidden=[20])

@@ -218,11 +218,14 @@ def _predict_regression(
     mu: float,
     sd: float,
 ) -> Predictions:
-    """Moments over draws (law of total variance), per-draw locations/scales, joint samples."""
+    """Moments over draws (law of total variance), per-draw locations/scales, joint samples.  The moments are
+    accumulated on the standardized scale in float64 and mapped back at the end: ``E[sigma^2 + f^2] - E[f]^2``
+    on the original scale cancels catastrophically where the target's mean is large against its spread
+    (naval: mean 0.99, predictive sd 1e-3 — in float32 the variance came out 0)."""
     lik = result.model.likelihood
     num_samples, n = draws[0], x.shape[0]
     out_shape = (n,) if lik.out_features == 1 else (n, lik.out_features)
-    s1 = torch.zeros(out_shape, dtype=x.dtype, device=x.device)
+    s1 = torch.zeros(out_shape, dtype=torch.float64, device=x.device)
     s2 = torch.zeros_like(s1)
     locs = torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device) if keep_draws else None
     scales = torch.empty_like(locs) if keep_draws else None
@@ -231,10 +234,10 @@ def _predict_regression(
     )
     for s, r, f, latents, _ in iter_draws(result, x, *draws):
         loc, var = lik.predictive_moments(f, latents)
+        s1[r] += loc.double().sum(0)
+        s2[r] += (var.double() + loc.double() ** 2).sum(0)
         loc = loc * sd + mu
         var = var * sd**2
-        s1[r] += loc.sum(0)
-        s2[r] += (var + loc**2).sum(0)
         if keep_draws:
             locs[s, r] = loc
             scales[s, r] = var.sqrt()
@@ -242,6 +245,7 @@ def _predict_regression(
             samples[s, r] = loc + var.sqrt() * torch.randn_like(loc)
     mean = s1 / num_samples
     var = (s2 / num_samples - mean**2).clamp_min(0)
+    mean, var = (mean * sd + mu).to(x.dtype), (var * sd**2).to(x.dtype)
     return Predictions(lik.task, mean=mean, var=var, loc=locs, scale=scales, samples=samples)
 
 
