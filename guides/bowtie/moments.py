@@ -53,9 +53,7 @@ def weight_squares(m: Tensor, cov: Tensor) -> Tensor:
 
 def augment(mu: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
     """``E[a~]`` and ``E[a~ a~^T]`` with ``a~ = (1, a)``."""
-    amean = mu.new_empty(*mu.shape[:-1], mu.shape[-1] + 1)
-    amean[..., 0] = 1.0
-    amean[..., 1:] = mu
+    amean = _augment_mean(mu)
     aa = mu.new_empty(*mu.shape[:-1], mu.shape[-1] + 1, mu.shape[-1] + 1)
     aa[..., 0, :] = amean
     aa[..., 1:, 0] = mu
@@ -158,10 +156,10 @@ def _forward_moments(x: Tensor, loc: Locals) -> Moments:
             cross = g @ out.aa(k)
             second = sym(s + cross @ g.transpose(-1, -2))
             shared = None
-        amean = _augment_mean(mu)
+        amean, aa = (_augment_mean(mu), None) if second is None else augment(mu, second)
         out.amean.append(amean)
         out.shared.append(shared)
-        out._aa.append(None if second is None else augment(mu, second)[1])
+        out._aa.append(aa)
         out._second.append(second)
         out._cross.append(cross)
     return out

@@ -122,10 +122,6 @@ def _sq(v: Tensor) -> float:
     return float(torch.dot(v, v))
 
 
-def _snapshot(state: dict[str, Tensor]) -> _Snapshot:
-    return _Snapshot(state)
-
-
 def _restore(modules: tuple[torch.nn.Module, ...], value: _Snapshot) -> None:
     """Rebind every buffer to its value in ``value``, which is not used again (rebinding rather than
     ``copy_``: two buffers of a guide may share storage, e.g. views of one local)."""
@@ -178,15 +174,15 @@ def squarem_cycle(
         return state_buffers(*modules)
 
     before = live()
-    theta0 = _snapshot(before)
+    theta0 = _Snapshot(before)
     sweep()
     now = live()
     if set(now) != set(before) or any(now[k].shape != before[k].shape for k in now):  # the first sweep
         return elbo(), {"alpha": -1.0, "accepted": False, "sweeps": 1, "backtracks": 0}  # set the shapes
-    theta1 = _snapshot(now)
+    theta1 = _Snapshot(now)
     sweep()
     after = live()
-    theta2 = _snapshot(after)
+    theta2 = _Snapshot(after)
     known = elbo0 is not None and math.isfinite(elbo0)
     floor = elbo0 if known else elbo()  # the ELBO an extrapolated state must reach
     if not (theta1.matches(theta0) and theta2.matches(theta0)):  # a buffer changed between compact and full
