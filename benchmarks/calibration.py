@@ -41,6 +41,8 @@ import numpy as np
 LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
 DATASETS = ("yacht", "energy", "bostonHousing", "concrete")
+#: the order of the data sets in the report (the four small sets, then the four large ones)
+DATASET_ORDER = (*DATASETS, "wine-quality-red", "kin8nm", "power-plant", "naval-propulsion-plant")
 
 
 def fit_row(
@@ -114,14 +116,18 @@ def merged_rows(journal: Path, record: Path) -> list[dict]:
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Mean over splits per (model, dataset): coverage per level, coverage95, NLL, RMSE, the two causes."""
+    """Mean over splits per (model, dataset): coverage per level, coverage95, NLL, RMSE, the two causes and
+    the fit time; ordered by model, then data set (:data:`DATASET_ORDER`)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["model"], r["dataset"]), []).append(r)
+    rank = {d: i for i, d in enumerate(DATASET_ORDER)}
     out = []
-    for (model, ds), rs in groups.items():
+    order = sorted(groups, key=lambda k: (k[0], rank.get(k[1], len(rank)), k[1]))
+    for model, ds in order:
+        rs = groups[(model, ds)]
         entry = {"model": model, "dataset": ds, "splits": len(rs)}
-        for key in ("coverage95", "nll", "rmse", "noise_ratio", "epistemic_share"):
+        for key in ("coverage95", "nll", "rmse", "noise_ratio", "epistemic_share", "fit_seconds"):
             entry[key] = statistics.fmean(r[key] for r in rs)
         entry["coverage"] = {lv: statistics.fmean(r["coverage"][lv] for r in rs) for lv in rs[0]["coverage"]}
         out.append(entry)
@@ -136,7 +142,9 @@ def markdown(summary: list[dict], commands: list[str]) -> str:
         "splits): coverage of the central predictive intervals from the PIT of the mixture predictive, "
         "the protocols' Gaussian 95 % coverage, and the two parts of the interval: `noise ratio` "
         "(posterior mean noise variance / training MSE of the predictive mean) and `epistemic share` "
-        "(output spread over draws / predictive variance).  See `benchmarks/calibration.py`.",
+        "(output spread over draws / predictive variance), and the mean fit time (one thread).  Labels after "
+        "`+` are settings other than the defaults (the commands say which); the reliability diagram shows "
+        "the defaults.  See `benchmarks/calibration.py`.",
         "",
         "Commands (rows of every one are in the table):",
         "",
@@ -145,20 +153,22 @@ def markdown(summary: list[dict], commands: list[str]) -> str:
         "| model | dataset | splits | "
         + " | ".join(f"cov {lv}" for lv in LEVELS)
         + " | coverage95 (Gauss) | "
-        "NLL | RMSE | noise ratio | epistemic share |",
-        "|---|---|---|" + "---|" * len(LEVELS) + "---|---|---|---|---|",
+        "NLL | RMSE | noise ratio | epistemic share | fit s |",
+        "|---|---|---|" + "---|" * len(LEVELS) + "---|---|---|---|---|---|",
     ]
     for e in summary:
         cov = " | ".join(f"{e['coverage'][str(lv)]:.3f}" for lv in LEVELS)
         lines.append(
             f"| {e['model']} | {e['dataset']} | {e['splits']} | {cov} | {e['coverage95']:.3f} | "
-            f"{e['nll']:.3f} | {e['rmse']:.3g} | {e['noise_ratio']:.2f} | {e['epistemic_share']:.2f} |"
+            f"{e['nll']:.3f} | {e['rmse']:.3g} | {e['noise_ratio']:.2f} | {e['epistemic_share']:.2f} | "
+            f"{e['fit_seconds']:.0f} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def reliability_figure(summary: list[dict], path: Path) -> None:
-    """Coverage against nominal level, one panel per model, one line per dataset."""
+    """Coverage against nominal level, one panel per default model (labels without ``+``; all models if there
+    are none), one line per dataset."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,7 +176,9 @@ def reliability_figure(summary: list[dict], path: Path) -> None:
 
     from zoo.io import atomic_save_figure
 
-    models = sorted(dict.fromkeys(e["model"] for e in summary))
+    models = sorted(dict.fromkeys(e["model"] for e in summary if "+" not in e["model"]))
+    models = models or sorted(dict.fromkeys(e["model"] for e in summary))
+    summary = [e for e in summary if e["model"] in models]
     ncols = min(4, len(models))
     nrows = -(-len(models) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.4 * nrows), squeeze=False)

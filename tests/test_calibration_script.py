@@ -38,6 +38,11 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
     assert summary[0]["coverage95"] == pytest.approx(0.905)
     assert summary[0]["epistemic_share"] == pytest.approx(0.05)
     assert summary[0]["coverage"]["0.5"] == pytest.approx(0.51)
+    assert summary[0]["fit_seconds"] == 1.0
+    # ordered by model, then the data sets' order (yacht before energy), whatever the rows' order
+    assert [(e["model"], e["dataset"]) for e in mod.summarize(rows[::-1])] == [
+        ("a", "yacht"), ("a", "energy"), ("b", "yacht"), ("b", "energy")
+    ]  # fmt: skip
     text = mod.markdown(summary, "cmd")
     assert text.count("\n| a |") == 2 and "| 0.510 |" in text
     (tmp_path / "calibration.partial.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")

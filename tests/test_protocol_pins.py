@@ -118,3 +118,31 @@ def test_bowtie_converged_rows_run_to_the_rule_and_capped_rows_keep_200_sweeps(p
     for r in by[capped]:
         _, _, cfg = run_config(r)
         assert not cfg.fit_options and cfg.steps in (None, 200), r
+
+
+@pytest.mark.parametrize(
+    "protocol, models",
+    [
+        ("mfvi-uci", ["mfvi-bnn"]),
+        ("collapsed-uci", ["mfvi-bnn", "cm-bnn", "cv-bnn", "cmv-bnn"]),
+        ("hs-toys", ["mfvi-bnn"]),
+    ],
+)
+def test_protocols_run_before_the_noise_refit_keep_the_last_iterates_noise(protocol, models):
+    from zoo.infer.noise import NO_NOISE_REFIT
+
+    for model in models:
+        runs = _runs(protocol, model)
+        assert runs, (protocol, model)
+        for r in runs:
+            assert dict(run_config(r)[2].fit_options) == NO_NOISE_REFIT, (protocol, r.variant)
+
+
+def test_a_pinned_run_reaches_the_loop_without_the_refit():
+    from zoo.experiments.runs import fit_on_dataset
+
+    cfg = {"hidden": [4], "steps": 20, "progress": False, "num_samples": 5}
+    on = fit_on_dataset("mfvi-bnn", "diabetes", cfg)
+    off = fit_on_dataset("mfvi-bnn", "diabetes", {**cfg, "fit_options": {"noise_refit": False}})
+    assert "noise_train" in on.result.loop_state and "noise_train" not in off.result.loop_state
+    assert off.result.config["noise_refit"] is False

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import pyro
 import pyro.distributions as dist
-import pyro.poutine as poutine
 import torch
 import torch.nn.functional as F
 from pyro.distributions import constraints
 from pyro.nn import PyroParam
 from torch import Tensor
 
+from zoo.infer.noise import expected_squared_error
 from zoo.ops.transforms import inv_softplus
 
 __all__ = [
@@ -56,17 +56,6 @@ NOISE_UPDATES = ("natural", "gradient")
 NOISE_STEP_POWER = 0.6
 #: weight-space draws of the exact update of ``q(gamma)`` on the final iterate (after the last step)
 NOISE_FINAL_DRAWS = 32
-
-
-def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None) -> Tensor:
-    """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` over all ``N`` rows: the
-    minibatch's sum of squares under one weight-space draw of ``guide``, times ``N / B``."""
-    guide_trace = poutine.trace(guide).get_trace(x, y, subsample)
-    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y, subsample)
-    f = model_trace.nodes["f"]["value"]
-    yb = y if subsample is None else y.index_select(0, subsample)
-    sse = (yb.reshape(f.shape).to(f.dtype) - f).pow(2).sum()
-    return sse * (x.shape[0] / f.shape[0])
 
 
 class HorseshoeNoiseMixin:

@@ -173,7 +173,7 @@ def fit_on_dataset(
     fit_options = dict(cfg.fit_options)
     # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
     standardize = check_bool("standardize_y", fit_options.pop("standardize_y", d.get("standardize_y", True)))
-    loop_keys = {"accelerate"}  # FitConfig settings a run may pass to zoo.infer.loop.fit
+    loop_keys = {"accelerate", "noise_refit"}  # FitConfig settings a run may pass to zoo.infer.loop.fit
     if entry.fit_fn is None and set(fit_options) - loop_keys:
         raise ValueError(
             f"fit_options: model {model!r} is fitted by zoo.infer.loop.fit, which takes only "

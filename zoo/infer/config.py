@@ -50,6 +50,7 @@ class FitConfig(Config):
     progress: bool = True
     nproc: int = 1
     accelerate: str | None = None
+    noise_refit: bool = True
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -76,6 +77,7 @@ class FitConfig(Config):
         check_device_name("device", self.device)
         check_bool("progress", self.progress)
         check_positive_int("nproc", self.nproc)
+        check_bool("noise_refit", self.noise_refit)
         if self.accelerate is not None:
             from zoo.infer.accelerate import ACCELERATORS
 

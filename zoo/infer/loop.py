@@ -58,6 +58,7 @@ from zoo.infer import distributed
 from zoo.infer.accelerate import squarem_cycle
 from zoo.infer.config import FitConfig, resolve_fit_config
 from zoo.infer.divergence import DivergenceError, check_collapse, first_nonfinite, step_error
+from zoo.infer.noise import refit_noise, restore_training_noise
 from zoo.infer.optim import make_optimizer, optimizer_name
 from zoo.infer.result import ConvergenceMonitor, FitResult, guide_class_path
 from zoo.infer.threads import apply_num_threads
@@ -191,6 +192,10 @@ def fit(
     * ``accelerate``: ``"squarem"`` makes each step of a gradient-free closed-form guide (CAVI) one SQUAREM
       cycle of three sweeps with a monotone-ELBO safeguard (:mod:`zoo.infer.accelerate`); full batch only.
       ``result.loop_state["sweeps"]`` counts the sweeps of every closed-form fit.
+    * ``noise_refit``: after the last step, set a log-normal factor of the Gaussian noise to its exact
+      optimum given the rest of ``q`` (:mod:`zoo.infer.noise`; default ``True``; training resumes from the
+      value it had, so a resumed fit equals an uninterrupted one; a data-parallel fit, ``nproc > 1``, keeps
+      the last iterate's factor).
 
     Objects stay arguments: ``loss`` (a Pyro ELBO; default ``Trace_ELBO(num_particles)``), ``callbacks``
     (``cb(step, elbo, result)``; raising ``StopIteration`` stops the fit) and the registry ``spec``
@@ -416,6 +421,8 @@ def run_steps(
         svi = SVI(result.model, result.guide, result.optim, result.loss)
         if isinstance(result.guide, ClosedFormGuide):
             result.guide.closed_form_begin()
+        if "noise_train" in result.loop_state:  # training goes on from its own noise factor (zoo.infer.noise)
+            restore_training_noise(result.guide, result.model, result.loop_state.pop("noise_train"))
         bar = tqdm(total=steps, disable=not progress, desc="fit", leave=False)
         try:
             for _ in range(steps):
@@ -429,6 +436,10 @@ def run_steps(
             if isinstance(result.guide, ClosedFormGuide):
                 with torch.no_grad():
                     result.guide.closed_form_finalize(result.model, x, y)
+            if result.config.get("noise_refit", True):
+                saved = refit_noise(result.guide, result.model, x, y)
+                if saved is not None:
+                    result.loop_state["noise_train"] = saved
         finally:
             bar.close()
             result.wall_time += time.perf_counter() - t0

@@ -19,6 +19,7 @@ from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.hierarchical import HierarchicalGaussianPrior
 from zoo.families.baselines.options import MFVI_UNSCALED, BLROptions, MFVIOptions
+from zoo.infer.noise import NO_NOISE_REFIT
 
 __all__ = ["BLROptions", "MFVIOptions", "UCI8", "UCI_FOLDER"]
 
@@ -151,7 +152,13 @@ def _mfvi_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     nuts = nuts_run_specs("mfvi-bnn", splits, {"options": hmc})
     splits = list(range(10)) if splits is None else list(splits)
     return [
-        RunSpec("mfvi-bnn", "mfvi-bnn", f"uci:{UCI_FOLDER[d]}", k, {"hidden": [50], "options": MFVI_UNSCALED})
+        RunSpec(
+            "mfvi-bnn",
+            "mfvi-bnn",
+            f"uci:{UCI_FOLDER[d]}",
+            k,
+            {"hidden": [50], "options": MFVI_UNSCALED, "fit_options": NO_NOISE_REFIT},
+        )
         for d in UCI8
         for k in splits
     ] + nuts

@@ -33,6 +33,7 @@ from zoo.families.baselines.entry import UCI8, UCI_FOLDER
 from zoo.families.baselines.options import MFVI_UNSCALED
 from zoo.families.collapsed.options import COLLAPSED_IG2_NOISE, CollapsedOptions
 from zoo.families.collapsed.prior import CollapsedPrior
+from zoo.infer.noise import NO_NOISE_REFIT
 
 __all__ = ["CollapsedOptions", "build_collapsed", "UCI8", "UCI_FOLDER"]
 
@@ -135,8 +136,12 @@ VARIANTS = ("mfvi-bnn", "cm-bnn", "cv-bnn", "cmv-bnn")
 
 def _pinned(variant: str) -> dict:
     """The ``mfvi-bnn`` row's options: the N(0, 1)-prior baseline of Tomczak et al. 2021 (MFVI_UNSCALED);
-    the collapsed rows keep the ``IG(2, 0.5)`` noise prior they were run with (COLLAPSED_IG2_NOISE)."""
-    return {"options": MFVI_UNSCALED if variant == "mfvi-bnn" else COLLAPSED_IG2_NOISE}
+    the collapsed rows keep the ``IG(2, 0.5)`` noise prior they were run with (COLLAPSED_IG2_NOISE); all keep
+    the last iterate's noise factor (NO_NOISE_REFIT), as when they were run."""
+    return {
+        "options": MFVI_UNSCALED if variant == "mfvi-bnn" else COLLAPSED_IG2_NOISE,
+        "fit_options": NO_NOISE_REFIT,
+    }
 
 
 def _collapsed_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:

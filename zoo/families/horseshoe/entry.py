@@ -38,6 +38,7 @@ from zoo.families.baselines.entry import UCI8, UCI_FOLDER
 from zoo.families.baselines.options import MFVI_UNSCALED
 from zoo.families.horseshoe.options import HorseshoeOptions
 from zoo.families.horseshoe.prior import HorseshoePrior
+from zoo.infer.noise import NO_NOISE_REFIT
 from zoo.sparsity.runs import PRUNE_COLUMNS
 
 __all__ = ["HorseshoeOptions", "build_hs", "build_reg_hs", "default_loss", "hs_metrics", "ACTIVE_FRACTION"]
@@ -192,7 +193,8 @@ def _toy_runs(splits: Sequence[int] | None) -> list[RunSpec]:
         for k in trials:
             # projection pruning costs O(S K^3) in the width K: minutes at K = 1000, so widths <= 100 only
             h = {"hidden": [width], **({"prune": "projpred"} if width <= 100 else {})}
-            runs.append(RunSpec(f"gauss-{width}", "mfvi-bnn", "toy-hs", k, {**h, "options": MFVI_UNSCALED}))
+            gauss = {**h, "options": MFVI_UNSCALED, "fit_options": NO_NOISE_REFIT}
+            runs.append(RunSpec(f"gauss-{width}", "mfvi-bnn", "toy-hs", k, gauss))
             hs = {**h, **PAPER_NOISE}
             runs.append(RunSpec(f"hs-fact-{width}", "hs-bnn", "toy-hs", k, {**hs, "guide": "factorized"}))
             runs.append(RunSpec(f"hs-struct-{width}", "hs-bnn", "toy-hs", k, {**hs, "guide": "structured"}))
