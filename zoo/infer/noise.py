@@ -40,6 +40,8 @@ import torch
 from pyro.distributions.transforms import biject_to
 from torch import Tensor
 
+from zoo.core.model import BayesianModel
+
 __all__ = [
     "NO_NOISE_REFIT",
     "NOISE_REFIT_DRAWS",
@@ -62,9 +64,13 @@ _SITES = {"inverse_gamma": "sigma2", "gamma": "precision"}
 
 def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None) -> Tensor:
     """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` over all ``N`` rows: the
-    minibatch's sum of squares under one weight-space draw of ``guide``, times ``N / B``."""
+    minibatch's sum of squares under one weight-space draw of ``guide``, times ``N / B``.  The model must
+    record the network output as the deterministic site ``"f"`` (every :class:`zoo.core.model.BayesianModel`
+    does)."""
     guide_trace = poutine.trace(guide).get_trace(x, y, subsample)
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y, subsample)
+    if "f" not in model_trace.nodes:
+        raise ValueError(f"model: {type(model).__name__} records no network output site 'f'")
     f = model_trace.nodes["f"]["value"]
     yb = y if subsample is None else y.index_select(0, subsample)
     sse = (yb.reshape(f.shape).to(f.dtype) - f).pow(2).sum()
@@ -136,7 +142,7 @@ def refit_noise(guide, model, x: Tensor, y: Tensor | None, draws: int = NOISE_RE
     values it replaced, as plain lists (for :func:`restore_training_noise` and checkpoints), or ``None``
     when there is nothing to update."""
     factor = None if y is None else lognormal_noise_factor(guide, model)
-    if factor is None:
+    if factor is None or not isinstance(model, BayesianModel):  # only a BayesianModel promises the site "f"
         return None
     kind, _, a0, b0 = _noise_site(model)
     loc_mod, loc_name, scale_mod, scale_name = factor
