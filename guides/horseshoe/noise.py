@@ -39,7 +39,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroParam
 from torch import Tensor
 
-from zoo.infer.noise import expected_squared_error
+from zoo.infer.noise import expected_squared_error, final_squared_error
 from zoo.ops.transforms import inv_softplus
 
 __all__ = [
@@ -102,10 +102,7 @@ class HorseshoeNoiseMixin:
         if self.noise != "gamma" or self.noise_update != "natural" or y is None:
             return
         _, b0 = self._noise_prior
-        devices = [x.device.index or 0] if x.is_cuda else []
-        with torch.random.fork_rng(devices=devices):  # the training stream stays as it was
-            sse = sum(expected_squared_error(self, model, x, y, None) for _ in range(NOISE_FINAL_DRAWS))
-        self.noise_rate_final.fill_(float(b0 + 0.5 * sse / NOISE_FINAL_DRAWS))
+        self.noise_rate_final.fill_(b0 + 0.5 * final_squared_error(self, model, x, y, NOISE_FINAL_DRAWS))
         self.noise_final.fill_(1.0)
 
     def closed_form_begin(self) -> None:

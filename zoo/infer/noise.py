@@ -46,6 +46,7 @@ __all__ = [
     "NO_NOISE_REFIT",
     "NOISE_REFIT_DRAWS",
     "expected_squared_error",
+    "final_squared_error",
     "lognormal_noise_factor",
     "optimal_lognormal",
     "refit_noise",
@@ -75,6 +76,15 @@ def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor
     yb = y if subsample is None else y.index_select(0, subsample)
     sse = (yb.reshape(f.shape).to(f.dtype) - f).pow(2).sum()
     return sse * (x.shape[0] / f.shape[0])
+
+
+def final_squared_error(guide, model, x: Tensor, y: Tensor, draws: int) -> float:
+    """``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` on all rows, averaged over ``draws`` weight-space draws from a
+    forked random stream (the training stream stays as it was): the ``S`` of a coordinate update of the
+    noise after the last step."""
+    devices = [x.device.index or 0] if x.is_cuda else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        return float(sum(expected_squared_error(guide, model, x, y, None) for _ in range(draws))) / draws
 
 
 def _noise_site(model) -> tuple[str, str, float, float] | None:
@@ -146,10 +156,7 @@ def refit_noise(guide, model, x: Tensor, y: Tensor | None, draws: int = NOISE_RE
         return None
     kind, _, a0, b0 = _noise_site(model)
     loc_mod, loc_name, scale_mod, scale_name = factor
-    devices = [x.device.index or 0] if x.is_cuda else []
-    with torch.no_grad(), torch.random.fork_rng(devices=devices):
-        sse = sum(float(expected_squared_error(guide, model, x, y, None)) for _ in range(draws)) / draws
-    m, v = optimal_lognormal(kind, a0, b0, y.numel(), sse)
+    m, v = optimal_lognormal(kind, a0, b0, y.numel(), final_squared_error(guide, model, x, y, draws))
     old = {"loc": _raw(loc_mod, loc_name).tolist(), "scale": _raw(scale_mod, scale_name).tolist()}
     _set(loc_mod, loc_name, m)
     _set(scale_mod, scale_name, math.sqrt(v))
