@@ -106,3 +106,33 @@ def test_calibration_merges_committed_rows(tmp_path, benchmark_script):
     got = {(r["model"], r["split"]): r["nll"] for r in mod.merged_rows(journal, record)}
     assert got == {("m", 0): 1.0, ("m+x", 0): 3.0, ("m", 1): 6.0}
     assert mod.merged_rows(tmp_path / "none.jsonl", tmp_path / "none.json") == []
+
+
+def _lbbnn_row(dataset, guide, elbo, fit):
+    return {"dataset": dataset, "split": 0, "guide": guide, "elbo": elbo, "nll": 1.0, "density": 0.5, **fit}
+
+
+def test_lbbnn_guides_elbo_table_pairs_the_guides(benchmark_script):
+    mod = benchmark_script("lbbnn_guides_elbo")
+    rows = [
+        _lbbnn_row("uci:yacht", "lcrt", 222.7, {"rmse": 0.53}),
+        _lbbnn_row("uci:yacht", "mean-field", -276.3, {"rmse": 4.6}),
+        _lbbnn_row("digits", "lcrt", -884.2, {"accuracy": 0.972}),
+        _lbbnn_row("digits", "mean-field", -993.1, {"accuracy": 0.972}),
+        _lbbnn_row("uci:energy", "lcrt", -84.0, {"rmse": 2.1}),  # no partner: left out
+    ]
+    lines = mod.render(rows).splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| uci:yacht | 0 | 222.7 | -276.3 | 0.53 | 4.6 |")
+    assert lines[3].startswith("| digits | 0 | -884.2 | -993.1 | 0.972 | 0.972 |")
+
+
+def test_lbbnn_guides_elbo_refuses_a_bad_or_existing_out_first(tmp_path, benchmark_script, monkeypatch):
+    mod = benchmark_script("lbbnn_guides_elbo")
+    monkeypatch.setattr(mod, "fit_row", lambda *a: pytest.fail("a fit ran before the --out check"))
+    with pytest.raises(ValueError, match="--out must name a .json"):
+        mod.main(["--out", str(tmp_path / "rows.txt")])
+    (tmp_path / "rows.md").write_text("earlier table")
+    with pytest.raises(ValueError, match="exists; pass --overwrite"):
+        mod.main(["--out", str(tmp_path / "rows.json")])
+    assert (tmp_path / "rows.md").read_text() == "earlier table"

@@ -563,3 +563,20 @@ def test_lbbnn_options_config_validates_and_keeps_the_keyword_form():
             build("lbbnn", 4, 3, "multiclass", hidden=(5,), **{field: bad})
     with pytest.raises(dataclasses.FrozenInstanceError):
         defaults.inclusion = 0.5
+
+
+def test_default_guide_is_lcrt_and_the_paper_protocols_name_mean_field():
+    """The entry's default guide is LCRT (the same family as ``mean-field``, a higher ELBO:
+    benchmarks/lbbnn_guides_elbo.py); the paper-001 image protocol still fits the mean-field estimator."""
+    from guides.lbbnn.lcrt import LCRTLBBNNGuide
+    from zoo.experiments.registry import get_entry
+    from zoo.experiments.reproduce import PROTOCOLS
+
+    assert get_entry("lbbnn").default_guide == "lcrt"
+    _, guide, _ = build("lbbnn", 3, 1, "regression", hidden=(4,))
+    assert type(guide) is LCRTLBBNNGuide
+    _, mf, _ = build("lbbnn", 3, 1, "regression", hidden=(4,), guide="mean-field")
+    assert type(mf) is MeanFieldLBBNNGuide
+    runs = PROTOCOLS["lbbnn-mnist10k"].runs([0])
+    guides = {r.variant: r.kwargs.get("guide") for r in runs if r.model == "lbbnn"}
+    assert guides == {"lbbnn-mf": "mean-field", "lbbnn-mvn": "mvn", "lbbnn-lowrank-mvn": "lowrank-mvn"}
