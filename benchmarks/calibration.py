@@ -43,6 +43,8 @@ MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
 DATASETS = ("yacht", "energy", "bostonHousing", "concrete")
 #: the order of the data sets in the report (the four small sets, then the four large ones)
 DATASET_ORDER = (*DATASETS, "wine-quality-red", "kin8nm", "power-plant", "naval-propulsion-plant")
+#: issue 17's target for the defaults: mean Gaussian 95 % coverage over the splits inside this interval
+TARGET = (0.92, 0.98)
 
 
 def fit_row(
@@ -134,6 +136,37 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def target_table(summary: list[dict]) -> list[str]:
+    """Markdown lines: coverage95 (Gauss) of every label without ``+`` on each data set, with the number of
+    splits, in bold where it is outside :data:`TARGET`, and how many data sets are inside it."""
+    lo, hi = TARGET
+    models = sorted(dict.fromkeys(e["model"] for e in summary if "+" not in e["model"]))
+    if not models:
+        return []
+    cells = {(e["model"], e["dataset"]): e for e in summary}
+    datasets = [d for d in DATASET_ORDER if any((m, d) in cells for m in models)]
+    lines = [
+        f"Target (issue 17): mean Gaussian 95 % coverage over the splits within [{lo}, {hi}] on every data "
+        "set; bold is outside, the splits in parentheses.",
+        "",
+        "| model | " + " | ".join(datasets) + " | inside |",
+        "|---|" + "---|" * (len(datasets) + 1),
+    ]
+    for m in models:
+        row, inside, total = [], 0, 0
+        for d in datasets:
+            e = cells.get((m, d))
+            if e is None:
+                row.append("–")
+                continue
+            ok = lo <= round(e["coverage95"], 3) <= hi
+            inside, total = inside + ok, total + 1
+            text = f"{e['coverage95']:.3f}"
+            row.append(f"{text if ok else f'**{text}**'} ({e['splits']})")
+        lines.append(f"| {m} | " + " | ".join(row) + f" | {inside}/{total} |")
+    return [*lines, ""]
+
+
 def markdown(summary: list[dict], commands: list[str]) -> str:
     lines = [
         "# calibration",
@@ -146,6 +179,7 @@ def markdown(summary: list[dict], commands: list[str]) -> str:
         "`+` are settings other than the defaults (the commands say which); the reliability diagram shows "
         "the defaults.  See `benchmarks/calibration.py`.",
         "",
+        *target_table(summary),
         "Commands (rows of every one are in the table):",
         "",
         *(f"* `{c}`" for c in commands),

@@ -136,3 +136,23 @@ def test_lbbnn_guides_elbo_refuses_a_bad_or_existing_out_first(tmp_path, benchma
     with pytest.raises(ValueError, match="exists; pass --overwrite"):
         mod.main(["--out", str(tmp_path / "rows.json")])
     assert (tmp_path / "rows.md").read_text() == "earlier table"
+
+
+def test_calibration_target_table_marks_what_is_outside(benchmark_script):
+    mod = benchmark_script("calibration")
+
+    def entry(model, dataset, cov, splits=5):
+        return {"model": model, "dataset": dataset, "coverage95": cov, "splits": splits}
+
+    summary = [
+        entry("m", "yacht", 0.984, 10),
+        entry("m", "energy", 0.9204),
+        entry("m", "kin8nm", 0.919),
+        entry("m+x", "yacht", 0.95),  # not a default: left out
+        entry("n", "energy", 0.98),
+    ]
+    lines = mod.target_table(summary)
+    assert lines[2] == "| model | yacht | energy | kin8nm | inside |"
+    assert lines[4] == "| m | **0.984** (10) | 0.920 (5) | **0.919** (5) | 1/3 |"
+    assert lines[5] == "| n | – | 0.980 (5) | – | 1/1 |"
+    assert mod.target_table([entry("m+x", "yacht", 0.95)]) == []
