@@ -44,7 +44,8 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
         ("a", "yacht"), ("a", "energy"), ("b", "yacht"), ("b", "energy")
     ]  # fmt: skip
     text = mod.markdown(summary, "cmd")
-    assert text.count("\n| a |") == 2 and "| 0.510 |" in text
+    assert text.count("\n| a | yacht |") == 1 and text.count("\n| a | energy |") == 1 and "| 0.510 |" in text
+    assert "\n| a | **0.905** (2) | **0.905** (2) | 0/2 |" in text  # the target table, both outside
     (tmp_path / "calibration.partial.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")
     out = mod.main(["--render-only", "--out", str(tmp_path)])
     assert len(out) == 4
