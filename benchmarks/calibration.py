@@ -136,11 +136,16 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def default_labels(summary: list[dict]) -> list[str]:
+    """The labels of the report's default settings (no ``+``), sorted."""
+    return sorted(dict.fromkeys(e["model"] for e in summary if "+" not in e["model"]))
+
+
 def target_table(summary: list[dict]) -> list[str]:
     """Markdown lines: coverage95 (Gauss) of every label without ``+`` on each data set, with the number of
     splits, in bold where it is outside :data:`TARGET`, and how many data sets are inside it."""
     lo, hi = TARGET
-    models = sorted(dict.fromkeys(e["model"] for e in summary if "+" not in e["model"]))
+    models = default_labels(summary)
     if not models:
         return []
     cells = {(e["model"], e["dataset"]): e for e in summary}
@@ -210,8 +215,7 @@ def reliability_figure(summary: list[dict], path: Path) -> None:
 
     from zoo.io import atomic_save_figure
 
-    models = sorted(dict.fromkeys(e["model"] for e in summary if "+" not in e["model"]))
-    models = models or sorted(dict.fromkeys(e["model"] for e in summary))
+    models = default_labels(summary) or sorted(dict.fromkeys(e["model"] for e in summary))
     summary = [e for e in summary if e["model"] in models]
     ncols = min(4, len(models))
     nrows = -(-len(models) // ncols)
