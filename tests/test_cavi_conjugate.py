@@ -164,6 +164,7 @@ def test_baseline_options_defaults_validation_and_builders():
         "noise_rate": 0.01,
         "hierarchical_scale": False,
         "activation": "relu",
+        "heteroscedastic": False,
     }
     tanh = _mfvi_build(1, 1, "regression", (3,), activation="tanh")
     x = torch.linspace(-2, 2, 7).unsqueeze(-1)

@@ -482,6 +482,7 @@ def test_collapsed_options_defaults_validation_and_builder():
         "noise_concentration": 1.0,  # zoo.core.likelihoods.WEAK_NOISE_PRIOR
         "noise_rate": 0.01,
         "activation": "relu",
+        "heteroscedastic": False,
     }
     for field, value, err in [
         ("activation", "swish", ValueError),
@@ -493,6 +494,7 @@ def test_collapsed_options_defaults_validation_and_builder():
         ("beta", float("nan"), ValueError),
         ("noise_rate", 0.0, ValueError),
         ("learn_hyper", "yes", TypeError),
+        ("heteroscedastic", 1, TypeError),
         ("fan_in_scaling", None, TypeError),
     ]:
         with pytest.raises(err, match=field):

@@ -163,6 +163,7 @@ def test_cli_fit_prune_projpred_end_to_end(data_dir, tmp_path, capsys) -> None:
         ("mfvi-bnn", "breast-cancer", [], "projpred pruning is for regression"),
         ("mfvi-bnn", "uci:yacht", ["--prune-tol", "0"], "--prune-tol: must be a finite number > 0"),
         ("mfvi-bnn", "uci:yacht", ["--ensemble", "2"], "prunes one fit; not with --ensemble"),
+        ("mfvi-bnn", "uci:yacht", ["--option", "heteroscedastic=true"], "needs a network with one output"),
     ],
 )
 def test_cli_prune_refusals_before_any_fit(data_dir, tmp_path, capsys, model, dataset, extra, message):

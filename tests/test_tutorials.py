@@ -14,9 +14,15 @@ import os
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+try:
+    import nbformat
+    from nbclient import NotebookClient
+except ImportError as e:  # the GPU check's machine has no notebook stack, and this module no device test
+    if os.environ.get("ZOO_DEVICE_TESTS_ONLY") == "1":
+        pytest.skip(f"{e.name} is not installed (device tests only)", allow_module_level=True)
+    raise
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "tutorials").glob("*.ipynb"))

@@ -17,7 +17,7 @@ from pyro.nn import PyroModule
 from torch import Tensor
 
 from zoo.core.meta import PyroModuleABCMeta
-from zoo.core.validation import check_positive
+from zoo.core.validation import check_bool, check_positive, check_positive_int
 
 __all__ = [
     "WEAK_NOISE_PRIOR",
@@ -27,6 +27,7 @@ __all__ = [
     "BernoulliLikelihood",
     "CategoricalLikelihood",
     "make_likelihood",
+    "options_likelihood",
 ]
 
 #: ``(concentration, rate)`` of the zoo's default noise prior for **standardized** regression targets:
@@ -50,6 +51,13 @@ class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):
     latent sites such as a noise variance)."""
 
     task: str = ""
+
+    @property
+    def network_outputs(self) -> int:
+        """Columns of the network output ``f`` this likelihood reads (the architecture's ``out_features``):
+        one per target or class here; :class:`GaussianLikelihood` with ``heteroscedastic=True`` reads two
+        per target."""
+        return self.out_features
 
     def sample_latents(self) -> dict[str, Tensor]:
         return {}
@@ -130,6 +138,17 @@ class GaussianLikelihood(Likelihood):
     * ``"fixed"`` — known ``sigma2 = scale**2``.
 
     With ``out_features > 1`` the outputs are independent given ``f`` and share one noise variance.
+
+    ``heteroscedastic=True`` makes the noise depend on the input: the network has ``2 * out_features``
+    outputs, the first ``out_features`` the mean ``f`` and the rest ``g``, and
+    ``y_n ~ N(f_n, sigma^2 exp(g_n))``: the mean-variance network of Nix & Weigend (1994, *Estimating the
+    mean and variance of the target probability distribution*, ICNN) and Kendall & Gal (2017,
+    arXiv:1703.04977, Eq. 5), with the global ``sigma^2`` keeping its prior so that ``g = 0`` is the
+    homoscedastic model and the weights' prior shrinks towards it.  The conjugate structure in ``sigma^2``
+    survives: its terms are those of the homoscedastic model with the squared errors weighted by
+    ``exp(-g_n)`` (:meth:`scaled_squared_error`).  For targets whose noise grows with the response (yacht's
+    residual resistance) a single variance makes the intervals too wide where the noise is small and too
+    narrow where it is large.
     """
 
     task = "regression"
@@ -141,12 +160,14 @@ class GaussianLikelihood(Likelihood):
         rate: float = 1.0,
         scale: float = 1.0,
         out_features: int = 1,
+        heteroscedastic: bool = False,
     ) -> None:
         super().__init__()
         if noise not in ("inverse_gamma", "gamma", "fixed"):
             raise ValueError(f"noise must be 'inverse_gamma', 'gamma' or 'fixed', got {noise!r}")
         self.noise = noise
-        self.out_features = int(out_features)
+        self.heteroscedastic = check_bool("heteroscedastic", heteroscedastic)
+        self.out_features = check_positive_int("out_features", out_features)
         self.register_buffer("concentration", torch.tensor(check_positive("concentration", concentration)))
         self.register_buffer("rate", torch.tensor(check_positive("rate", rate)))
         self.register_buffer("scale", torch.tensor(check_positive("scale", scale)))
@@ -158,7 +179,12 @@ class GaussianLikelihood(Likelihood):
             "rate": float(self.rate),
             "scale": float(self.scale),
             "out_features": self.out_features,
+            "heteroscedastic": self.heteroscedastic,
         }
+
+    @property
+    def network_outputs(self) -> int:
+        return self.out_features * (2 if self.heteroscedastic else 1)
 
     def noise_prior(self) -> dist.Distribution | None:
         if self.noise == "inverse_gamma":
@@ -181,16 +207,36 @@ class GaussianLikelihood(Likelihood):
             return {"sigma2": 1.0 / trace.nodes["precision"]["value"]}
         return {"sigma2": self.scale**2}
 
-    def _loc(self, f: Tensor) -> Tensor:
-        return f[..., 0] if self.out_features == 1 else f
+    def _columns(self, f: Tensor, start: int) -> Tensor:
+        """``f[..., start:start + out_features]``, without its last axis for one output."""
+        cols = f[..., start : start + self.out_features]
+        return cols[..., 0] if self.out_features == 1 else cols
 
-    def _sigma2(self, latents: dict[str, Tensor]) -> Tensor:
+    def _loc(self, f: Tensor) -> Tensor:
+        return self._columns(f, 0)
+
+    def _log_factor(self, f: Tensor) -> Tensor | None:
+        """``g`` of the heteroscedastic noise ``sigma^2 exp(g)`` (``None`` when homoscedastic)."""
+        return self._columns(f, self.out_features) if self.heteroscedastic else None
+
+    def _sigma2(self, latents: dict[str, Tensor], f: Tensor | None = None) -> Tensor:
+        """The noise variance: ``sigma2`` (broadcast over the outputs), times ``exp(g)`` per point when
+        heteroscedastic (then ``f`` is required)."""
         s2 = latents["sigma2"]
-        return s2.unsqueeze(-1) if (self.out_features > 1 and s2.dim() > 0) else s2
+        s2 = s2.unsqueeze(-1) if (self.out_features > 1 and s2.dim() > 0) else s2
+        return s2 * self._log_factor(f).exp() if self.heteroscedastic else s2
 
     def distribution(self, f: Tensor, latents: dict[str, Tensor]) -> dist.Distribution:
-        d = dist.Normal(self._loc(f), self._sigma2(latents).sqrt())
+        d = dist.Normal(self._loc(f), self._sigma2(latents, f).sqrt())
         return d.to_event(1) if self.out_features > 1 else d
+
+    def scaled_squared_error(self, f: Tensor, y: Tensor) -> Tensor:
+        """``sum_n ||y_n - f_n||^2 exp(-g_n)`` over the rows of ``f`` (``exp(-g) = 1`` when homoscedastic):
+        the data's term in the conjugate update of ``sigma^2`` (:mod:`zoo.infer.noise`)."""
+        loc = self._loc(f)
+        r2 = (y.reshape(loc.shape).to(loc.dtype) - loc).pow(2)
+        g = self._log_factor(f)
+        return (r2 if g is None else r2 * (-g).exp()).sum()
 
     def validate_targets(self, y: Tensor) -> None:
         """Finite real targets of shape ``(N,)`` (one output) or ``(N, out_features)``."""
@@ -211,7 +257,7 @@ class GaussianLikelihood(Likelihood):
     def predictive_moments(self, f: Tensor, latents: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Per-draw predictive mean and variance of ``y`` (noise included)."""
         loc = self._loc(f)
-        return loc, self._sigma2(latents) * torch.ones_like(loc)
+        return loc, self._sigma2(latents, f) * torch.ones_like(loc)
 
 
 class BernoulliLikelihood(Likelihood):
@@ -270,6 +316,7 @@ class CategoricalLikelihood(Likelihood):
 
 def make_likelihood(task: str, out_features: int = 1, **kwargs) -> Likelihood:
     """Default likelihood of a dataset task (``"regression"``, ``"binary"``, ``"multiclass"``)."""
+    out_features = check_positive_int("out_features", out_features)
     if task == "regression":
         return GaussianLikelihood(out_features=out_features, **kwargs)
     if task == "binary":
@@ -277,3 +324,23 @@ def make_likelihood(task: str, out_features: int = 1, **kwargs) -> Likelihood:
     if task == "multiclass":
         return CategoricalLikelihood(out_features)
     raise ValueError(f"task must be 'regression', 'binary' or 'multiclass', got {task!r}")
+
+
+def options_likelihood(task: str, out_features: int, noise: str, opts: object) -> Likelihood:
+    """:func:`make_likelihood` from a family's options object: its ``noise_concentration``/``noise_rate``
+    are the prior of the ``noise`` site (``"inverse_gamma"`` or ``"gamma"``), its ``heteroscedastic`` (if it
+    has one) the input-dependent noise of :class:`GaussianLikelihood`.  Classification ignores the noise
+    options, but ``heteroscedastic=True`` with a classification task is a ``ValueError``.  Build the
+    network with ``out_features=likelihood.network_outputs``."""
+    heteroscedastic = getattr(opts, "heteroscedastic", False)
+    if heteroscedastic and task != "regression":
+        raise ValueError(f"heteroscedastic=True needs a regression task, got task={task!r}")
+    extra = {"heteroscedastic": True} if heteroscedastic else {}
+    return make_likelihood(
+        task,
+        out_features,
+        noise=noise,
+        concentration=opts.noise_concentration,
+        rate=opts.noise_rate,
+        **extra,
+    )

@@ -155,6 +155,11 @@ def check_prune(parser: argparse.ArgumentParser, a: argparse.Namespace, ds, mode
     arch = getattr(model, "architecture", None)
     if not isinstance(arch, MLP) or not arch.hidden:
         parser.error(f"argument --prune: {a.model} has no hidden layer of units to prune")
+    if arch.out_features != 1:
+        parser.error(
+            f"argument --prune: projpred pruning needs a network with one output; this one has "
+            f"{arch.out_features} (heteroscedastic=true adds a noise output per target)"
+        )
     if callable(getattr(guide, "predictive", None)):
         parser.error(
             f"argument --prune: the {type(guide).__name__} guide predicts in closed form, without weight "

@@ -64,7 +64,8 @@ _SITES = {"inverse_gamma": "sigma2", "gamma": "precision"}
 
 
 def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None) -> Tensor:
-    """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` over all ``N`` rows: the
+    """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` (each term times ``exp(-g_n)``
+    under a heteroscedastic likelihood) over all ``N`` rows: the
     minibatch's sum of squares under one weight-space draw of ``guide``, times ``N / B``.  The model must
     record the network output as the deterministic site ``"f"`` (every :class:`zoo.core.model.BayesianModel`
     does)."""
@@ -74,7 +75,9 @@ def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor
         raise ValueError(f"model: {type(model).__name__} records no network output site 'f'")
     f = model_trace.nodes["f"]["value"]
     yb = y if subsample is None else y.index_select(0, subsample)
-    sse = (yb.reshape(f.shape).to(f.dtype) - f).pow(2).sum()
+    scaled = getattr(getattr(model, "likelihood", None), "scaled_squared_error", None)
+    # a heteroscedastic likelihood weights each squared error by exp(-g_n) (GaussianLikelihood's docstring)
+    sse = scaled(f, yb) if scaled is not None else (yb.reshape(f.shape).to(f.dtype) - f).pow(2).sum()
     return sse * (x.shape[0] / f.shape[0])
 
 

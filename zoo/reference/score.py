@@ -130,7 +130,9 @@ def fit_settings(model: str, instance: ReferenceInstance) -> tuple[dict[str, Any
     if model == "bowtie" and instance.model == "ngig-bnn" and instance.hidden == ():
         from zoo.families.bowtie.options import NGIGOptions
 
-        return NGIGOptions.from_dict(instance.options).to_dict(), {"standardize_y": True}, True
+        ngig = NGIGOptions.from_dict(instance.options).to_dict()
+        if not ngig.pop("heteroscedastic"):  # the bow-tie's noise is homoscedastic
+            return ngig, {"standardize_y": True}, True
     return {}, {}, False
 
 

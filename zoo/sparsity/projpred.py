@@ -219,7 +219,10 @@ def _check(result: Any, x: Tensor, y: Tensor) -> Any:
     model = getattr(result, "model", None)
     arch = getattr(model, "architecture", None)
     if not isinstance(arch, MLP) or not arch.hidden or arch.out_features != 1:
-        raise ValueError("result: projpred unit pruning needs an MLP with a hidden layer and one output")
+        raise ValueError(
+            "result: projpred unit pruning needs an MLP with a hidden layer and one output (a "
+            "heteroscedastic likelihood's noise output counts)"
+        )
     if not isinstance(getattr(model, "likelihood", None), GaussianLikelihood):
         raise ValueError("result: projpred unit pruning is implemented for Gaussian (regression) likelihoods")
     if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != arch.in_features:

@@ -13,7 +13,7 @@ from guides.flows.weightspace import weight_space_factory
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
 from zoo.core.gaussian import GaussianPrior
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, GaussianLikelihood, make_likelihood
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, GaussianLikelihood, options_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
@@ -35,19 +35,13 @@ def _mfvi_build(
     """``MLP x GaussianPrior x likelihood of task``; ``options`` (an :class:`MFVIOptions` or a mapping) is
     updated by keyword options (``weight_scale=0.5``, ``fan_in_scaling=True``, ...)."""
     opts = resolve(MFVIOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=opts.activation)
+    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
+    lik = options_likelihood(task, out_features, "inverse_gamma", opts)
+    arch = MLP(in_features, hidden, lik.network_outputs, activation=opts.activation)
     prior = (
         HierarchicalGaussianPrior(opts.weight_scale, opts.bias_scale)
         if opts.hierarchical_scale
         else GaussianPrior(opts.weight_scale, opts.bias_scale, opts.scaled)
-    )
-    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
-    lik = make_likelihood(
-        task,
-        out_features,
-        noise="inverse_gamma",
-        concentration=opts.noise_concentration,
-        rate=opts.noise_rate,
     )
     return BayesianModel(arch, prior, lik)
 

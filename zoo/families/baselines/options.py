@@ -44,6 +44,8 @@ class MFVIOptions(Config):
     (:class:`~zoo.families.baselines.hierarchical.HierarchicalGaussianPrior`; it has its own fan-in factor).
     ``activation``: the hidden units' nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`;
     the reference instances use ``tanh`` where ReLU's rescaling symmetry stalls NUTS).
+    ``heteroscedastic``: a second network output ``g`` per target and noise ``sigma^2 exp(g(x))``
+    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     :data:`MFVI_UNSCALED` holds the published baselines' options.
     """
 
@@ -54,6 +56,7 @@ class MFVIOptions(Config):
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     hierarchical_scale: bool = False
     activation: str = "relu"
+    heteroscedastic: bool = False
 
     @property
     def scaled(self) -> bool:
@@ -63,6 +66,7 @@ class MFVIOptions(Config):
     def validate(self) -> None:
         check_optional("fan_in_scaling", self.fan_in_scaling, check_bool)
         check_bool("hierarchical_scale", self.hierarchical_scale)
+        check_bool("heteroscedastic", self.heteroscedastic)
         for name in ("weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
         check_activation(self.activation)

@@ -26,7 +26,7 @@ from guides.autoguides import autoguide_factory
 from guides.flows.weightspace import weight_space_factory
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
-from zoo.core.likelihoods import make_likelihood
+from zoo.core.likelihoods import options_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.families.bowtie.options import NGIGOptions
@@ -52,7 +52,8 @@ def build_ngig(
     """``MLP(in, hidden, out) x NGIGPrior x likelihood of task``; ``options`` (an :class:`NGIGOptions` or a
     mapping) is updated by keyword options (``nu_loc=-2.5``, ``lam_loc=1.0``, ...)."""
     opts = resolve(NGIGOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
+    lik = options_likelihood(task, out_features, "inverse_gamma", opts)
+    arch = MLP(in_features, hidden, lik.network_outputs)
     prior = NGIGPrior(
         opts.nu_glob,
         opts.delta_glob,
@@ -62,13 +63,6 @@ def build_ngig(
         opts.lam_loc,
         opts.bias_scale,
         opts.scale_with_architecture,
-    )
-    lik = make_likelihood(
-        task,
-        out_features,
-        noise="inverse_gamma",
-        concentration=opts.noise_concentration,
-        rate=opts.noise_rate,
     )
     return BayesianModel(arch, prior, lik)
 

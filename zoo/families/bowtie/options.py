@@ -89,6 +89,8 @@ class NGIGOptions(Config):
     defaults: the targets are standardized, as for ``mfvi-bnn``.  ``noise_concentration``/``noise_rate``:
     the inverse-gamma prior of a regression likelihood's noise variance (``mfvi-bnn``'s default,
     :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`; ignored for classification).
+    ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
+    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     """
 
     nu_glob: float = -1.5
@@ -101,9 +103,11 @@ class NGIGOptions(Config):
     scale_with_architecture: bool = True
     noise_concentration: float = WEAK_NOISE_PRIOR[0]
     noise_rate: float = WEAK_NOISE_PRIOR[1]
+    heteroscedastic: bool = False
 
     def validate(self) -> None:
         _check_bool("scale_with_architecture", self.scale_with_architecture)
+        _check_bool("heteroscedastic", self.heteroscedastic)
         for name in ("bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, _check_real(name, getattr(self, name)))
         glob = [_check_real(n, getattr(self, n)) for n in ("nu_glob", "delta_glob", "lam_glob")]

@@ -25,7 +25,7 @@ from guides.collapsed.bound import CollapsedBoundGuide, HierarchicalCollapsedGui
 from guides.flows.weightspace import weight_space_factory
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
-from zoo.core.likelihoods import make_likelihood
+from zoo.core.likelihoods import options_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
@@ -56,7 +56,9 @@ def build_collapsed(
     ``alpha_reg``/``delta`` buffers.  ``options``: a :class:`CollapsedOptions` or a mapping, updated by
     keyword options (``gamma_scale=20``, ``learn_hyper=True``, ...)."""
     opts = resolve(CollapsedOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=opts.activation)
+    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
+    lik = options_likelihood(task, out_features, "inverse_gamma", opts)
+    arch = MLP(in_features, hidden, lik.network_outputs, activation=opts.activation)
     prior = CollapsedPrior(
         kind,
         gamma_scale=opts.gamma_scale,
@@ -67,14 +69,6 @@ def build_collapsed(
         fan_in_scaling=opts.fan_in_scaling,
         num_layers=arch.num_layers,
         learn_hyper=opts.learn_hyper,
-    )
-    # regression: Gaussian, inverse-gamma prior on the variance; classification ignores the noise options
-    lik = make_likelihood(
-        task,
-        out_features,
-        noise="inverse_gamma",
-        concentration=opts.noise_concentration,
-        rate=opts.noise_rate,
     )
     return BayesianModel(arch, prior, lik)
 

@@ -39,6 +39,8 @@ class CollapsedOptions(Config):
     the noise variance on yacht, and stays pinned as :data:`COLLAPSED_IG2_NOISE` by ``collapsed-uci``);
     ``activation``: the hidden units' nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`;
     the reference instances use ``tanh``, as for ``mfvi-bnn``).
+    ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
+    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     """
 
     gamma_scale: float = 1.0
@@ -51,9 +53,10 @@ class CollapsedOptions(Config):
     noise_concentration: float = WEAK_NOISE_PRIOR[0]
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     activation: str = "relu"
+    heteroscedastic: bool = False
 
     def validate(self) -> None:
-        for name in ("fan_in_scaling", "learn_hyper"):
+        for name in ("fan_in_scaling", "learn_hyper", "heteroscedastic"):
             check_bool(name, getattr(self, name))
         for name in ("gamma_scale", "alpha", "beta", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))

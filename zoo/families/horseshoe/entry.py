@@ -30,7 +30,7 @@ from guides.horseshoe.structured import StructuredHorseshoeGuide
 from guides.horseshoe.tied import TiedHorseshoeGuide
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
-from zoo.core.likelihoods import make_likelihood
+from zoo.core.likelihoods import options_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
@@ -69,13 +69,11 @@ def build_hs(
     ``options``: a :class:`~zoo.families.horseshoe.options.HorseshoeOptions` or a mapping, updated by
     keyword options (``regularized=True``, ``bg=1e-3``, ...)."""
     opts = resolve(HorseshoeOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=opts.activation)
+    # regression: Gaussian with a Gamma prior on the precision; classification ignores the noise options
+    lik = options_likelihood(task, out_features, "gamma", opts)
+    arch = MLP(in_features, hidden, lik.network_outputs, activation=opts.activation)
     prior = HorseshoePrior(
         opts.b0, opts.bg, opts.b_kappa, opts.regularized, opts.c_a, opts.c_b, opts.centered
-    )
-    # regression: Gaussian with a Gamma prior on the precision; classification ignores the noise options
-    lik = make_likelihood(
-        task, out_features, noise="gamma", concentration=opts.noise_concentration, rate=opts.noise_rate
     )
     return BayesianModel(arch, prior, lik)
 

@@ -17,7 +17,7 @@ import dataclasses
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
 from zoo.core.likelihoods import WEAK_NOISE_PRIOR
-from zoo.core.validation import check_positive
+from zoo.core.validation import check_bool, check_positive
 
 __all__ = ["HorseshoeOptions"]
 
@@ -33,6 +33,8 @@ class HorseshoeOptions(Config):
     and output-weight scales (Eq. 1); ``noise_concentration``/``noise_rate``: the Gamma prior on the noise
     precision of a regression likelihood (ignored for classification); ``activation``: the hidden units'
     nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`).
+    ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
+    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     """
 
     regularized: bool = False
@@ -45,8 +47,10 @@ class HorseshoeOptions(Config):
     noise_concentration: float = WEAK_NOISE_PRIOR[0]
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     activation: str = "relu"
+    heteroscedastic: bool = False
 
     def validate(self) -> None:
+        check_bool("heteroscedastic", self.heteroscedastic)
         for name in ("regularized", "centered"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

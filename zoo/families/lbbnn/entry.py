@@ -39,7 +39,7 @@ from zoo.core.architectures import MLP
 from zoo.core.config import Config, resolve
 from zoo.core.likelihoods import WEAK_NOISE_PRIOR, make_likelihood
 from zoo.core.model import BayesianModel
-from zoo.core.validation import check_positive, check_positive_int
+from zoo.core.validation import check_bool, check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
 from zoo.eval.metrics import selection_rates
 from zoo.experiments.registry import ModelEntry, register
@@ -69,7 +69,9 @@ class LBBNNOptions(Config):
     default :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR` = ``IG(1, 0.01)``; neither LBBNN paper states a
     noise prior, and the zoo's earlier ``IG(2, 0.5)`` is kept by the exact reference instances) or
     ``"fixed"`` (variance 1 on the standardized targets, as in Skaaret-Lund et al. 2023, arXiv:2305.03395,
-    App. C); classification ignores the noise options.
+    App. C); classification ignores the noise options.  ``heteroscedastic``: input-dependent noise
+    ``sigma^2 exp(g(x))`` from a second network output per target
+    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     """
 
     inclusion: float = 0.25
@@ -85,8 +87,10 @@ class LBBNNOptions(Config):
     noise_concentration: float = WEAK_NOISE_PRIOR[0]
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     noise: str = "inverse_gamma"
+    heteroscedastic: bool = False
 
     def validate(self) -> None:
+        check_bool("heteroscedastic", self.heteroscedastic)
         if self.hyper not in HYPER_MODES:
             raise ValueError(f"hyper must be one of {HYPER_MODES}, got {self.hyper!r}")
         if self.noise not in NOISE_MODES:
@@ -114,7 +118,10 @@ def build_lbbnn(
     :class:`LBBNNOptions` (or a mapping of its fields), updated by keyword ``kwargs`` (the keyword form,
     e.g. ``build_lbbnn(..., hyper="fixed")``, keeps working); an unknown option is a ``ValueError``."""
     opts = resolve(LBBNNOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features)
+    if opts.heteroscedastic and task != "regression":
+        raise ValueError(f"heteroscedastic=True needs a regression task, got task={task!r}")
+    likelihood = make_likelihood(task, out_features, **_noise_options(opts))
+    arch = MLP(in_features, hidden, likelihood.network_outputs)
     prior = SpikeSlabPrior.for_architecture(
         arch,
         inclusion=opts.inclusion,
@@ -128,14 +135,21 @@ def build_lbbnn(
         eb_steps=opts.eb_steps,
         eb_stop_inclusion=opts.eb_stop_inclusion,
     )
-    return BayesianModel(arch, prior, make_likelihood(task, out_features, **_noise_options(opts)))
+    return BayesianModel(arch, prior, likelihood)
 
 
 def _noise_options(opts: LBBNNOptions) -> dict[str, Any]:
-    """Regression: Gaussian with an inverse-gamma prior on the variance, or variance fixed at 1."""
+    """Regression: Gaussian with an inverse-gamma prior on the variance, or variance fixed at 1 (times
+    ``exp(g(x))`` with ``heteroscedastic``)."""
+    het = {"heteroscedastic": True} if opts.heteroscedastic else {}
     if opts.noise == "fixed":
-        return {"noise": "fixed", "scale": 1.0}
-    return {"noise": "inverse_gamma", "concentration": opts.noise_concentration, "rate": opts.noise_rate}
+        return {"noise": "fixed", "scale": 1.0, **het}
+    return {
+        "noise": "inverse_gamma",
+        "concentration": opts.noise_concentration,
+        "rate": opts.noise_rate,
+        **het,
+    }
 
 
 register(
