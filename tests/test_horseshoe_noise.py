@@ -8,6 +8,7 @@ import math
 import re
 
 import pyro
+import pyro.poutine as poutine
 import pytest
 import torch
 from pyro.infer import Predictive
@@ -84,19 +85,27 @@ def test_rate_converges_to_the_closed_form_at_fixed_weights(subsample):
         assert B0 + 0.5 * float((y - f_mean).pow(2).sum()) < float(guide.noise_rate) - tol
 
 
-def test_first_step_is_the_exact_coordinate_optimum():
-    """rho_1 = 1: one update sets q(gamma) to Gamma(a0 + N/2, b0 + SSE/2) of that step's draw."""
+@pytest.mark.parametrize("heteroscedastic", [False, True], ids=["homoscedastic", "heteroscedastic"])
+def test_first_step_is_the_exact_coordinate_optimum(heteroscedastic):
+    """rho_1 = 1: one update sets q(gamma) to Gamma(a0 + N/2, b0 + SSE/2) of that step's draw; with
+    input-dependent noise sigma^2 exp(g) each squared error is weighted by exp(-g) (GaussianLikelihood)."""
     pyro.set_rng_seed(2)
+    pyro.clear_param_store()  # the guide's PyroParams live in the global store: no other test's shapes
     model, x, y = _problem()
+    if heteroscedastic:
+        lik = GaussianLikelihood("gamma", A0, B0, heteroscedastic=True)
+        model = BayesianModel(MLP(2, (8,), lik.network_outputs), HorseshoePrior(), lik)
     guide = HorseshoeGuide(model)
     assert guide.noise_step() == 1.0
     with torch.no_grad():
         pyro.set_rng_seed(5)
         guide.update_noise(model, x, y)
-        pyro.set_rng_seed(5)
-        f = Predictive(model, guide=guide, num_samples=1, return_sites=["f"])(x)["f"][0, :, 0]
-    # Predictive draws the guide the same way: same seed, same draw
-    assert float(guide.noise_rate) == pytest.approx(B0 + 0.5 * float((y - f).pow(2).sum()), rel=1e-4)
+        pyro.set_rng_seed(5)  # the same seed: the same guide draw, replayed through the model by hand
+        guide_trace = poutine.trace(guide).get_trace(x, y)
+        f = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y).nodes["f"]["value"]
+    weight = torch.exp(-f[:, 1]) if heteroscedastic else 1.0
+    sse = float(((y - f[:, 0]).pow(2) * weight).sum())
+    assert float(guide.noise_rate) == pytest.approx(B0 + 0.5 * sse, rel=1e-6)
     assert guide.noise_step() == pytest.approx(2.0**-NOISE_STEP_POWER)
 
 
