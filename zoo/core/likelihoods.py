@@ -315,8 +315,12 @@ class CategoricalLikelihood(Likelihood):
 
 
 def make_likelihood(task: str, out_features: int = 1, **kwargs) -> Likelihood:
-    """Default likelihood of a dataset task (``"regression"``, ``"binary"``, ``"multiclass"``)."""
+    """Default likelihood of a dataset task (``"regression"``, ``"binary"``, ``"multiclass"``); ``kwargs``
+    are :class:`GaussianLikelihood`'s, ignored for classification except ``heteroscedastic=True``, which
+    is a ``ValueError`` there."""
     out_features = check_positive_int("out_features", out_features)
+    if task != "regression" and kwargs.get("heteroscedastic", False):
+        raise ValueError(f"heteroscedastic=True needs a regression task, got task={task!r}")
     if task == "regression":
         return GaussianLikelihood(out_features=out_features, **kwargs)
     if task == "binary":
@@ -329,18 +333,13 @@ def make_likelihood(task: str, out_features: int = 1, **kwargs) -> Likelihood:
 def options_likelihood(task: str, out_features: int, noise: str, opts: object) -> Likelihood:
     """:func:`make_likelihood` from a family's options object: its ``noise_concentration``/``noise_rate``
     are the prior of the ``noise`` site (``"inverse_gamma"`` or ``"gamma"``), its ``heteroscedastic`` (if it
-    has one) the input-dependent noise of :class:`GaussianLikelihood`.  Classification ignores the noise
-    options, but ``heteroscedastic=True`` with a classification task is a ``ValueError``.  Build the
-    network with ``out_features=likelihood.network_outputs``."""
-    heteroscedastic = getattr(opts, "heteroscedastic", False)
-    if heteroscedastic and task != "regression":
-        raise ValueError(f"heteroscedastic=True needs a regression task, got task={task!r}")
-    extra = {"heteroscedastic": True} if heteroscedastic else {}
+    has one) the input-dependent noise of :class:`GaussianLikelihood`.  Build the network with
+    ``out_features=likelihood.network_outputs``."""
     return make_likelihood(
         task,
         out_features,
         noise=noise,
         concentration=opts.noise_concentration,
         rate=opts.noise_rate,
-        **extra,
+        heteroscedastic=getattr(opts, "heteroscedastic", False),
     )

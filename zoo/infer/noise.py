@@ -75,9 +75,8 @@ def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor
         raise ValueError(f"model: {type(model).__name__} records no network output site 'f'")
     f = model_trace.nodes["f"]["value"]
     yb = y if subsample is None else y.index_select(0, subsample)
-    scaled = getattr(getattr(model, "likelihood", None), "scaled_squared_error", None)
-    # a heteroscedastic likelihood weights each squared error by exp(-g_n) (GaussianLikelihood's docstring)
-    sse = scaled(f, yb) if scaled is not None else (yb.reshape(f.shape).to(f.dtype) - f).pow(2).sum()
+    # callers hold a GaussianLikelihood; a heteroscedastic one weights each squared error by exp(-g_n)
+    sse = model.likelihood.scaled_squared_error(f, yb)
     return sse * (x.shape[0] / f.shape[0])
 
 

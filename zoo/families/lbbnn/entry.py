@@ -118,8 +118,6 @@ def build_lbbnn(
     :class:`LBBNNOptions` (or a mapping of its fields), updated by keyword ``kwargs`` (the keyword form,
     e.g. ``build_lbbnn(..., hyper="fixed")``, keeps working); an unknown option is a ``ValueError``."""
     opts = resolve(LBBNNOptions, options, kwargs)
-    if opts.heteroscedastic and task != "regression":
-        raise ValueError(f"heteroscedastic=True needs a regression task, got task={task!r}")
     likelihood = make_likelihood(task, out_features, **_noise_options(opts))
     arch = MLP(in_features, hidden, likelihood.network_outputs)
     prior = SpikeSlabPrior.for_architecture(
@@ -141,14 +139,14 @@ def build_lbbnn(
 def _noise_options(opts: LBBNNOptions) -> dict[str, Any]:
     """Regression: Gaussian with an inverse-gamma prior on the variance, or variance fixed at 1 (times
     ``exp(g(x))`` with ``heteroscedastic``)."""
-    het = {"heteroscedastic": True} if opts.heteroscedastic else {}
+    het = opts.heteroscedastic
     if opts.noise == "fixed":
-        return {"noise": "fixed", "scale": 1.0, **het}
+        return {"noise": "fixed", "scale": 1.0, "heteroscedastic": het}
     return {
         "noise": "inverse_gamma",
         "concentration": opts.noise_concentration,
         "rate": opts.noise_rate,
-        **het,
+        "heteroscedastic": het,
     }
 
 
