@@ -160,23 +160,26 @@ def test_continuous_families_sample(name: str) -> None:
     result = fit_nuts(model, (x, y), cfg)
     sites = set(result.samples)
     assert {"fc0.weight", "fc1.weight"} <= sites or "fc0.beta" in sites
-    if name.startswith("c") or "hs" in name:  # sampled in the marginal form: no hyper-latents, no auxiliaries
-        assert not any("mu_p" in s or "tau_p" in s or s.endswith((".lam", ".theta", ".rho")) for s in sites)
+    if name.startswith(("c", "ngig")) or "hs" in name:  # marginal form: no hyper-latents, auxiliaries, psi
+        hyper = (".lam", ".theta", ".rho", ".psi")
+        assert not any("mu_p" in s or "tau_p" in s or s.endswith(hyper) for s in sites), sites
         assert result.config["hierarchical_form"] is False
     assert all(v.shape[:2] == (1, 3) for v in result.samples.values())
     assert result.predict(x[:4], num_samples=3).mean.shape == (4,)
 
 
-@pytest.mark.parametrize("name", ["hs-bnn", "cmv-bnn"])
+@pytest.mark.parametrize("name", ["hs-bnn", "cmv-bnn", "ngig-bnn"])
 def test_hierarchical_form_on_request(name: str) -> None:
     """``hierarchical=True`` samples the auxiliaries / hyper-latents, and a reloaded result keeps the form."""
     x, y = _blr_data(n=12)
     model, _, _ = build(name, 3, 1, "regression", hidden=(2,))
     cfg = NUTSConfig(chains=1, warmup=4, samples=3, max_tree_depth=2, hierarchical=True, **FAST)
     result = fit_nuts(model, (x, y), cfg)
-    extra = (
-        {"fc0.lam", "fc0.theta", "fc1.rho"} if name == "hs-bnn" else {"fc0.weight_tau_p", "fc0.weight_mu_p"}
-    )
+    extra = {
+        "hs-bnn": {"fc0.lam", "fc0.theta", "fc1.rho"},
+        "cmv-bnn": {"fc0.weight_tau_p", "fc0.weight_mu_p"},
+        "ngig-bnn": {"fc0.psi", "fc1.psi"},
+    }[name]
     assert extra <= set(result.samples), set(result.samples)
     assert result.config["hierarchical_form"] is True and model.prior.hierarchical
 

@@ -269,6 +269,10 @@ INSTANCES: dict[str, ReferenceInstance] = {
             scored=("ngig-bnn", "bowtie"),
         ),
         _gauss_tanh("gauss-bowtie-tanh", _BOWTIE, "100 of 270 training rows"),
+        # the N-GIG prior (the paper's inverse-gamma scales, Student-t(3) marginals) on gauss-bowtie-tanh's
+        # network and rows, sampled in the marginal form (psi integrated out: NGIGPrior's docstring)
+        _tanh_net("ngig-bowtie-tanh", "ngig-bnn", _BOWTIE, "100 of 270 training rows", {}, 0.99),
+        _tanh_net("ngig-cubic-tanh", "ngig-bnn", _CUBIC, "50 of 400 test rows", {}, 0.99),
         # the paper's horseshoe where the data need every unit: two tanh units on the bow-tie toy (10 sin x1
         # against noise sd 0.7), sampled centered — the form that suits scales the data pin down. A one-chain
         # pilot (300 + 300) ran at step size 0.010 with no divergence (293 s); the full 4 x (500 + 1000) at

@@ -53,7 +53,7 @@ def build_ngig(
     mapping) is updated by keyword options (``nu_loc=-2.5``, ``lam_loc=1.0``, ...)."""
     opts = resolve(NGIGOptions, options, kwargs)
     lik = options_likelihood(task, out_features, "inverse_gamma", opts)
-    arch = MLP(in_features, hidden, lik.network_outputs)
+    arch = MLP(in_features, hidden, lik.network_outputs, activation=opts.activation)
     prior = NGIGPrior(
         opts.nu_glob,
         opts.delta_glob,

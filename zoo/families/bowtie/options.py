@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zoo.core.architectures import check_activation
 from zoo.core.config import Config
 from zoo.core.likelihoods import WEAK_NOISE_PRIOR
 from zoo.core.validation import check_positive
@@ -90,7 +91,10 @@ class NGIGOptions(Config):
     the inverse-gamma prior of a regression likelihood's noise variance (``mfvi-bnn``'s default,
     :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`; ignored for classification).
     ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
-    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
+    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).  ``activation``: the hidden units'
+    nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`; the paper's network is ReLU, the
+    reference instances ``ngig-*-tanh`` use ``tanh``, whose units have no rescaling symmetry for NUTS to
+    wander along).
     """
 
     nu_glob: float = -1.5
@@ -104,10 +108,12 @@ class NGIGOptions(Config):
     noise_concentration: float = WEAK_NOISE_PRIOR[0]
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     heteroscedastic: bool = False
+    activation: str = "relu"
 
     def validate(self) -> None:
         _check_bool("scale_with_architecture", self.scale_with_architecture)
         _check_bool("heteroscedastic", self.heteroscedastic)
+        check_activation(self.activation)
         for name in ("bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, _check_real(name, getattr(self, name)))
         glob = [_check_real(n, getattr(self, n)) for n in ("nu_glob", "delta_glob", "lam_glob")]

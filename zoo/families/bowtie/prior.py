@@ -109,6 +109,16 @@ class NGIGPrior(Prior):
         nu_loc, delta_loc, lam_loc: GIG of the per-weight local scales ``psi`` (Eq. 6).
         bias_scale: ``s_0``, sd of the Gaussian bias prior.
         scale_with_architecture: apply App. D.1 (``delta_glob / sqrt(L)``, ``delta_loc / sqrt(fan_in)``).
+
+    Forms.  ``hierarchical`` (``True``, the default, what every guide fits) emits the local scales as
+    sites ``fc{l}.psi``.  With inverse-gamma local scales (``lam_loc = 0``, every experiment of the paper)
+    ``psi`` integrates out in closed form: ``W | tau ~ N(0, tau psi)`` with ``psi ~ IG(a, b)``,
+    ``a = -nu_loc``, ``b = delta_loc^2 / 2``, is ``W | tau ~ Student-t_{2a}(0, sqrt(tau b / a))`` (a
+    normal scale mixture with ``1/psi ~ Gamma(a, b)``; Eq. 5 with Eq. 6 integrated).  So
+    ``hierarchical = False`` emits the weights from that marginal and no ``psi`` sites: the same posterior
+    of the weights and global scales, without the per-weight funnel between ``W`` and ``psi``
+    (:func:`zoo.infer.mcmc.fit_nuts` samples this form by default).  For a GIG with ``lam_loc > 0`` the
+    marginal is not in closed form and ``hierarchical`` is ``None`` (no choice).
     """
 
     def __init__(
@@ -136,6 +146,7 @@ class NGIGPrior(Prior):
             self.register_buffer(name, torch.tensor(float(v)))
         self.register_buffer("bias_scale", torch.tensor(check_positive("bias_scale", bias_scale)))
         self.scale_with_architecture = bool(scale_with_architecture)
+        self.hierarchical: bool | None = True if float(lam_loc) == 0 else None
 
     def config(self) -> dict:
         keys = ("nu_glob", "delta_glob", "lam_glob", "nu_loc", "delta_loc", "lam_loc", "bias_scale")
@@ -176,12 +187,23 @@ class NGIGPrior(Prior):
                 continue
             prefix = s.name.rsplit(".", 1)[0]
             tau = pyro.sample(f"{prefix}.tau", gig_distribution(*self.glob_params(num_hidden)))
+            if self.hierarchical is False:
+                out[s.name] = pyro.sample(s.name, self._marginal(tau, s))
+                continue
             psi = pyro.sample(
                 f"{prefix}.psi", gig_distribution(*self.loc_params(s.fan_in)).expand(s.shape).to_event(2)
             )
             scale = (tau[..., None, None] * psi).sqrt()
             out[s.name] = pyro.sample(s.name, dist.Normal(torch.zeros_like(scale), scale).to_event(2))
         return out
+
+
+    def _marginal(self, tau: Tensor, spec: ParamSpec) -> dist.Distribution:
+        """``W | tau`` with the inverse-gamma ``psi`` integrated out: ``t_{2a}(0, sqrt(tau b / a))``."""
+        nu, delta, _ = self.loc_params(spec.fan_in)
+        a, b = -nu, 0.5 * delta * delta
+        scale = (tau[..., None, None] * b / a).sqrt().expand(*tau.shape, *spec.shape)
+        return dist.StudentT(2.0 * a, torch.zeros_like(scale), scale).to_event(2)
 
 
 class GaussianBowtiePrior(Prior):
