@@ -48,8 +48,8 @@ def add_nuts_arguments(f: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--hierarchical",
         action="store_true",
-        help="sample a prior that has a hierarchical form (horseshoe auxiliaries, collapsed hyper-latents) "
-        "in that form (default: its marginal form, the same posterior with better geometry)",
+        help="sample a prior that has a hierarchical form (horseshoe auxiliaries, collapsed hyper-latents, "
+        "N-GIG local scales) in that form (default: its marginal form, the same posterior)",
     )
     g.add_argument(
         "--centered",

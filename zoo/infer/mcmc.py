@@ -21,7 +21,8 @@ Refused with a ``ValueError`` naming the model: discrete latent sites (LBBNN inc
 bow-tie's stochastic activations; NUTS needs a differentiable density) and latents inside the ``"data"``
 plate (per-datapoint locals cannot be replayed at new inputs).  Models whose prior has both a marginal and a
 hierarchical form (``prior.hierarchical``: the collapsed CM/CV/CMV priors, whose per-weight hyper-latents
-integrate out, and the horseshoe, whose half-Cauchy scales are inverse-gamma mixtures) are sampled in the
+integrate out, the horseshoe, whose half-Cauchy scales are inverse-gamma mixtures, and the N-GIG prior with
+inverse-gamma local scales, whose weights are then Student-t) are sampled in the
 marginal form unless ``hierarchical=True``: the posterior of the weights and scales is the same, and the
 marginal form's geometry is far easier (on the 2-2-1 binary toy the hierarchical CM form left one of four
 chains in another mode, R-hat 2.7 on the predictive probabilities; the horseshoe's auxiliaries forced step

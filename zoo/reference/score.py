@@ -131,6 +131,7 @@ def fit_settings(model: str, instance: ReferenceInstance) -> tuple[dict[str, Any
         from zoo.families.bowtie.options import NGIGOptions
 
         ngig = NGIGOptions.from_dict(instance.options).to_dict()
+        ngig.pop("activation")  # no hidden layer: no activation is applied
         if not ngig.pop("heteroscedastic"):  # the bow-tie's noise is homoscedastic
             return ngig, {"standardize_y": True}, True
     return {}, {}, False
