@@ -37,6 +37,8 @@ __all__ = [
     "init_to_lecun",
     "AUTOGUIDES",
     "AutoIAFNormal",
+    "AutoMultivariateNormal",
+    "OwnDrawMultivariateNormal",
     "IncompatiblePriorError",
     "discrete_latent_sites",
     "is_discrete_site",
@@ -173,11 +175,50 @@ class AutoIAFNormal(autoguide.AutoContinuous):
         return self.flow
 
 
+class OwnDrawMultivariateNormal(dist.MultivariateNormal):
+    """A multivariate normal whose ``log_prob`` at its own latest ``rsample`` draw is computed from the noise
+    that made it: for ``z = loc + L eps``, ``log q(z) = -||eps||^2 / 2 - sum_i log L_ii - (d / 2) log 2 pi``
+    — the same function of the parameters as ``torch``'s triangular solve ``L^-1 (z - loc)``, so the same
+    value and the same reparameterized ELBO gradient in exact arithmetic, but without the solve's rounding
+    error.  Any other value goes through ``torch``'s ``log_prob``.
+
+    Why: the solve's error grows with the condition number of ``L``.  Fitting ``mfvi-bnn``'s ``mvn`` guide
+    on yacht (split 0, 50 units, float32, Adam 1e-2), ``cond(L)`` grew from 4e7 to 1e18 in eight steps near
+    step 4320 while ``loc`` and the scales barely moved, the naive ``log q`` of the guide's own draws was off
+    by up to 7e23 and the single-sample ELBO jumped to +1e28: the optimizer was rewarded for the rounding
+    error of an ill-conditioned ``L``, and the fit stopped with a divergence.  With the density taken from
+    the noise the objective carries no such reward.
+    """
+
+    def rsample(self, sample_shape: tuple[int, ...] = ()) -> torch.Tensor:
+        shape = self._extended_shape(torch.Size(sample_shape))
+        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        value = self.loc + (self._unbroadcasted_scale_tril @ eps.unsqueeze(-1)).squeeze(-1)
+        self._own_draw = (value, eps)
+        return value
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        own = getattr(self, "_own_draw", None)
+        if own is None or value is not own[0]:
+            return super().log_prob(value)
+        eps = own[1]
+        half_log_det = self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+        return -0.5 * (eps * eps).sum(-1) - half_log_det - 0.5 * self._event_shape[0] * math.log(2 * math.pi)
+
+
+class AutoMultivariateNormal(autoguide.AutoMultivariateNormal):
+    """Pyro's ``AutoMultivariateNormal`` (a full-covariance Gaussian over the packed unconstrained latents)
+    whose posterior evaluates the density of its own draws stably (:class:`OwnDrawMultivariateNormal`)."""
+
+    def get_posterior(self, *args, **kwargs) -> dist.Distribution:
+        return OwnDrawMultivariateNormal(self.loc, scale_tril=self.scale[..., None] * self.scale_tril)
+
+
 AUTOGUIDES: dict[str, Callable] = {
     "normal": autoguide.AutoNormal,
     "diagonal": autoguide.AutoDiagonalNormal,
     "lowrank": autoguide.AutoLowRankMultivariateNormal,
-    "mvn": autoguide.AutoMultivariateNormal,
+    "mvn": AutoMultivariateNormal,
     "delta": autoguide.AutoDelta,
     "iaf": AutoIAFNormal,
 }
