@@ -199,7 +199,6 @@ class NGIGPrior(Prior):
             out[s.name] = pyro.sample(s.name, dist.Normal(torch.zeros_like(scale), scale).to_event(2))
         return out
 
-
     def _marginal(self, tau: Tensor, spec: ParamSpec) -> dist.Distribution:
         """``W | tau`` with the inverse-gamma ``psi`` integrated out: ``t_{2a}(0, sqrt(tau b / a))``."""
         nu, delta, _ = self.loc_params(spec.fan_in)
