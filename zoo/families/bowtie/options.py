@@ -93,8 +93,7 @@ class NGIGOptions(Config):
     ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).  ``activation``: the hidden units'
     nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`; the paper's network is ReLU, the
-    reference instances ``ngig-*-tanh`` use ``tanh``, whose units have no rescaling symmetry for NUTS to
-    wander along).
+    reference instance ``ngig-cubic-tanh`` uses ``tanh``, whose units have no rescaling symmetry).
     """
 
     nu_glob: float = -1.5
