@@ -12,6 +12,7 @@ from zoo.experiments.config import RunConfig
 from zoo.experiments.registry import build
 from zoo.experiments.reproduce import PROTOCOLS, available_protocols, run_config
 from zoo.families.baselines.options import MFVI_UNSCALED
+from zoo.families.collapsed.entry import VARIANTS
 from zoo.families.collapsed.options import COLLAPSED_IG2_NOISE
 from zoo.families.horseshoe.entry import PAPER_NOISE
 from zoo.reference.instances import INSTANCES
@@ -63,6 +64,31 @@ def test_hs_uci_keeps_the_papers_5000_steps_and_the_defaults_train_large_sets_fo
     cpu = torch.device("cpu")
     assert _fit_kwargs(RunConfig(), FIT_DEFAULTS, ds, cpu)["steps"] == 5196  # ceil(175 * 3800 / 128)
     assert _fit_kwargs(RunConfig(steps=7), FIT_DEFAULTS, ds, cpu)["steps"] == 7  # asked for: kept
+
+
+@pytest.mark.parametrize("model", ["mfvi-bnn", "cm-bnn", "cv-bnn", "cmv-bnn", "ngig-bnn"])
+def test_minibatch_svi_entries_train_large_sets_as_many_steps_as_the_horseshoe(model):
+    from zoo.experiments.registry import MINIBATCH_SVI_DEFAULTS, get_entry
+    from zoo.experiments.runs import default_steps
+    from zoo.families.horseshoe.entry import FIT_DEFAULTS
+
+    d = get_entry(model).fit_defaults
+    assert dict(d) == dict(MINIBATCH_SVI_DEFAULTS)
+    # naval's 10 740 training rows: ceil(700 * 10740 / 512) steps of 512, the horseshoe's 175 epochs of 128
+    assert default_steps(d, 10740, 512) == 14684 == default_steps(FIT_DEFAULTS, 10740, 128)
+    assert default_steps(d, 1295, 512) == 5000  # wine: 5000 steps of 512 are 1977 epochs already
+    assert default_steps(d, 277, None) == 5000  # yacht is smaller than the batch: full batch
+
+
+@pytest.mark.parametrize(("protocol", "models"), [("mfvi-uci", ["mfvi-bnn"]), ("collapsed-uci", VARIANTS)])
+def test_uci_reproductions_keep_5000_steps_on_every_set(protocol, models):
+    for m in models:
+        runs = _runs(protocol, m)
+        assert runs
+        for r in runs:
+            assert run_config(r)[2].steps == 5000, (protocol, r.variant, r.dataset)
+    for r in PROTOCOLS["collapsed-mnist10k"].runs(None):  # its own budget, not the UCI pin
+        assert run_config(r)[2].steps == 1563, r.variant
 
 
 def test_pinned_and_default_models_differ_where_they_should():

@@ -15,7 +15,7 @@ from zoo.core.config import resolve
 from zoo.core.gaussian import GaussianPrior
 from zoo.core.likelihoods import IG2_NOISE_OPTIONS, GaussianLikelihood, options_likelihood
 from zoo.core.model import BayesianModel
-from zoo.experiments.registry import ModelEntry, register
+from zoo.experiments.registry import FIXED_5000_STEPS, MINIBATCH_SVI_DEFAULTS, ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.hierarchical import HierarchicalGaussianPrior
 from zoo.families.baselines.options import MFVI_UNSCALED, BLROptions, MFVIOptions
@@ -66,7 +66,7 @@ register(
         build=_mfvi_build,
         options=MFVIOptions,
         guides=MFVI_GUIDES,
-        fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
+        fit_defaults=MINIBATCH_SVI_DEFAULTS,
         references=(
             "Blundell, Cornebise, Kavukcuoglu & Wierstra 2015, Weight Uncertainty in Neural Networks "
             "(ICML; arXiv:1505.05424)",
@@ -151,7 +151,7 @@ def _mfvi_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
             "mfvi-bnn",
             f"uci:{UCI_FOLDER[d]}",
             k,
-            {"hidden": [50], "options": MFVI_UNSCALED, "fit_options": NO_NOISE_REFIT},
+            {"hidden": [50], "options": MFVI_UNSCALED, "fit_options": NO_NOISE_REFIT, **FIXED_5000_STEPS},
         )
         for d in UCI8
         for k in splits

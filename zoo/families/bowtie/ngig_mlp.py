@@ -28,7 +28,7 @@ from zoo.core.architectures import MLP
 from zoo.core.config import resolve
 from zoo.core.likelihoods import options_likelihood
 from zoo.core.model import BayesianModel
-from zoo.experiments.registry import ModelEntry, register
+from zoo.experiments.registry import MINIBATCH_SVI_DEFAULTS, ModelEntry, register
 from zoo.families.bowtie.options import NGIGOptions
 from zoo.families.bowtie.prior import NGIGPrior
 
@@ -74,7 +74,7 @@ register(
         build=build_ngig,
         options=NGIGOptions,
         guides=GUIDES,
-        fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
+        fit_defaults=MINIBATCH_SVI_DEFAULTS,
         references=(
             "Sheinkman & Wade 2025, Variational Bayesian Bow tie Neural Networks with Shrinkage "
             "(arXiv:2411.11132), §2.2 Eqs. 5-7 and App. D.1 (prior), App. D.2 (the ReLU-MLP baselines)",

@@ -27,7 +27,7 @@ from zoo.core.architectures import MLP
 from zoo.core.config import resolve
 from zoo.core.likelihoods import options_likelihood
 from zoo.core.model import BayesianModel
-from zoo.experiments.registry import ModelEntry, register
+from zoo.experiments.registry import FIXED_5000_STEPS, MINIBATCH_SVI_DEFAULTS, ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.entry import UCI8, UCI_FOLDER
 from zoo.families.baselines.options import MFVI_UNSCALED
@@ -112,7 +112,7 @@ for _kind in ("cm", "cv", "cmv"):
             build=_builder(_kind),
             options=CollapsedOptions,
             guides=GUIDES,
-            fit_defaults={"steps": 5000, "lr": 1e-2, "batch_size": 512, "optimizer": "adam"},
+            fit_defaults=MINIBATCH_SVI_DEFAULTS,
             references=(
                 REFERENCE,
                 "Tomczak et al. 2021 (NeurIPS 34): Table 4 (hyper-parameters), App. B (derivations)",
@@ -141,7 +141,13 @@ def _pinned(variant: str) -> dict:
 def _collapsed_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     splits = list(range(10)) if splits is None else list(splits)
     return [
-        RunSpec(v, v, f"uci:{UCI_FOLDER[d]}", k, {"hidden": [50], "train_metrics": True, **_pinned(v)})
+        RunSpec(
+            v,
+            v,
+            f"uci:{UCI_FOLDER[d]}",
+            k,
+            {"hidden": [50], "train_metrics": True, **FIXED_5000_STEPS, **_pinned(v)},
+        )
         for v in VARIANTS
         for d in UCI8
         for k in splits
