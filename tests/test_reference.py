@@ -4,6 +4,7 @@ known draws, the store (atomic, no overwrite without force), the quality gate on
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -375,12 +376,21 @@ def test_cli_reference_list_compute_score(tmp_path, capsys):
 def test_enumerated_inclusion_probabilities_stay_in_the_unit_interval():
     """A covariate that is certainly in the model gets PIP 1 exactly, not 1 + 2e-16 (the softmax-weighted
     mean of 0/1 rounds above 1 on 16 of 40 such designs; inclusion scores refuse values outside [0, 1])."""
-    for seed in (1, 4, 5):
-        g = torch.Generator().manual_seed(seed)
-        x = torch.randn(277, 6, generator=g, dtype=torch.float64)
-        y = 3 * x[:, 5] + 0.3 * torch.randn(277, generator=g, dtype=torch.float64)
-        pip = enumerate_spike_slab(x, y, SpikeSlabLinear()).pip
-        assert pip.max() == 1.0 and pip.min() >= 0.0, pip
+    threads = torch.get_num_threads()
+    try:
+        for seed, n_threads in itertools.product((1, 4, 5), (1, 2)):  # summation order moves with threads
+            torch.set_num_threads(n_threads)
+            g = torch.Generator().manual_seed(seed)
+            x = torch.randn(277, 6, generator=g, dtype=torch.float64)
+            y = 3 * x[:, 5] + 0.3 * torch.randn(277, generator=g, dtype=torch.float64)
+            res = enumerate_spike_slab(x, y, SpikeSlabLinear())
+            assert res.pip.max() == 1.0 and res.pip.min() >= 0.0, res.pip
+            # the same probabilities as the model masses summed directly
+            codes = np.arange(res.model_probs.size)
+            direct = [res.model_probs[(codes >> j) & 1 == 1].sum() for j in range(6)]
+            np.testing.assert_allclose(res.pip, direct, rtol=1e-12, atol=1e-15)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_score_spec_keeps_the_bands_of_a_one_dimensional_instance():

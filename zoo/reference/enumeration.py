@@ -266,6 +266,22 @@ def _batch(codes: Tensor, p: int, prior: SpikeSlabLinear, stats: dict, grids: tu
     return mask, acc, acc_half
 
 
+def _inclusion_probabilities(log_post: torch.Tensor, p: int) -> np.ndarray:
+    """Posterior inclusion probabilities from the log posterior mass of every model (index = bit code,
+    bit ``j`` = covariate ``j``): ``P(j in model)`` summed over the models with ``j`` where that is at most
+    1/2, else ``1 - P(j not in model)``.  A weighted mean of 0/1 rounds to ``1 +- 2e-16`` for a covariate in
+    every likely model; the smaller of the two masses carries no such error, so a certain covariate gets
+    exactly 1 and every value lies in [0, 1]."""
+    codes = torch.arange(log_post.shape[0])
+    mask = ((codes[:, None] >> torch.arange(p)) & 1).bool()
+    lp = log_post[:, None].expand(-1, p)
+    log_ev = torch.logsumexp(log_post, 0)
+    log_in = torch.logsumexp(lp.masked_fill(~mask, -math.inf), 0) - log_ev
+    log_out = torch.logsumexp(lp.masked_fill(mask, -math.inf), 0) - log_ev
+    pip = torch.where(log_in <= math.log(0.5), log_in.exp(), -torch.expm1(log_out))
+    return pip.clamp(0.0, 1.0).numpy()
+
+
 def enumerate_spike_slab(
     x: Any,
     y: Any,
@@ -297,17 +313,17 @@ def enumerate_spike_slab(
         moments = {
             k: torch.einsum("b,b...->...", wts, v) for k, v in acc.items() if k not in ("logz", "edge")
         }
-        moments["pip"] = wts @ mask
         total = _merge(total, torch.logsumexp(lp, 0), moments)
     log_post = torch.cat(log_post)
     log_ev = float(torch.logsumexp(log_post, 0))
+    pip = _inclusion_probabilities(log_post, p)
     probs = torch.exp(log_post - log_ev).numpy()
     order = np.argsort(-probs, kind="stable")[:top_k]
     top = [(tuple(j for j in range(p) if (int(m) >> j) & 1), float(probs[m])) for m in order]
     f = total.get("f")
     var_f = None if f is None else (total["f2"] - f**2).clamp_min(0.0)
     return EnumerationResult(
-        pip=total["pip"].clamp(0.0, 1.0).numpy(),  # a weighted mean of 0/1 can round to 1 + 2e-16
+        pip=pip,
         model_probs=probs,
         top_models=top,
         log_evidence=log_ev,
