@@ -76,7 +76,7 @@ def markdown(rows: list[dict], command: str, hidden: int) -> str:
         "# bowtie-accel",
         "",
         f"Bow-tie CAVI (registry `bowtie`, 1x{hidden}, raw targets, split 0) to the paper's stopping rule "
-        "(three consecutive relative ELBO changes < tol), plain sweeps vs SQUAREM (`accelerate=\"squarem\"`, "
+        '(three consecutive relative ELBO changes < tol), plain sweeps vs SQUAREM (`accelerate="squarem"`, '
         "Varadhan & Roland 2008, with a monotone-ELBO safeguard), the same sweep budget.",
         "",
         f"Command: `{command}`",

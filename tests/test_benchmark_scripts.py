@@ -91,7 +91,6 @@ def test_scoreboard_specs_filter_models_and_guides(benchmark_script):
     assert mod._specs(inst, {"mfvi-bnn"}) == []
 
 
-
 def test_calibration_merges_committed_rows(tmp_path, benchmark_script):
     """A run into the results folder adds to the committed table: rows it redoes are replaced, the others kept
     (a run on a fresh checkout once would have rewritten the table from its own journal)."""

@@ -61,9 +61,7 @@ def as_literal(lines: list[str]) -> list[str]:
     return ["::", ""] + [f"    {line}" if line.strip() else "" for line in lines] + [""]
 
 
-def process_docstring(
-    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
-) -> None:
+def process_docstring(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
     if lines and rst_problems("\n".join(lines)):
         lines[:] = as_literal(lines)
 
