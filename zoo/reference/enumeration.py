@@ -252,10 +252,16 @@ def _given_slab(mask: Tensor, slab: float, prior: SpikeSlabLinear, stats: dict, 
     return logz, logz_half, vals
 
 
+def model_masks(codes: Tensor, p: int) -> Tensor:
+    """The models of bit codes ``codes`` (any shape) as boolean masks ``codes.shape + (p,)``: bit ``j`` of a
+    code says whether covariate ``j`` is in the model (the enumeration's order of the ``2^p`` models)."""
+    return ((codes[..., None] >> torch.arange(p)) & 1).bool()
+
+
 def _batch(codes: Tensor, p: int, prior: SpikeSlabLinear, stats: dict, grids: tuple) -> tuple:
     """Per-model log evidence (full and subgrid rules) and conditional moments of a batch of models."""
     noise, slab = grids
-    mask = ((codes[:, None] >> torch.arange(p)) & 1).to(_F64)
+    mask = model_masks(codes, p).to(_F64)
     acc, acc_half = None, None
     for s, lw, lw_half in zip(slab.values.tolist(), slab.log_weight, slab.log_weight_half):
         logz, logz_half, vals = _given_slab(mask, s, prior, stats, noise)
@@ -272,8 +278,7 @@ def _inclusion_probabilities(log_post: torch.Tensor, p: int) -> np.ndarray:
     1/2, else ``1 - P(j not in model)``.  A weighted mean of 0/1 rounds to ``1 +- 2e-16`` for a covariate in
     every likely model; the smaller of the two masses carries no such error, so a certain covariate gets
     exactly 1 and every value lies in [0, 1]."""
-    codes = torch.arange(log_post.shape[0])
-    mask = ((codes[:, None] >> torch.arange(p)) & 1).bool()
+    mask = model_masks(torch.arange(log_post.shape[0]), p)
     lp = log_post[:, None].expand(-1, p)
     log_ev = torch.logsumexp(log_post, 0)
     log_in = torch.logsumexp(lp.masked_fill(~mask, -math.inf), 0) - log_ev

@@ -28,6 +28,7 @@ from zoo.reference.enumeration import (
     SpikeSlabLinear,
     _grids,
     _inputs,
+    model_masks,
 )
 
 __all__ = ["ExactDraws", "sample_spike_slab"]
@@ -123,11 +124,11 @@ def sample_spike_slab(
     sw = torch.empty(num_draws, dtype=_F64)
     for code in torch.unique(codes).tolist():
         rows = (codes == code).nonzero().reshape(-1)
-        mask = ((torch.tensor(code) >> torch.arange(p)) & 1).to(_F64)
+        mask = model_masks(torch.tensor(code), p).to(_F64)
         beta[rows], s2[rows], sw[rows] = _model_draws(mask, len(rows), prior, stats, grids, gen)
     f = beta @ xtest.T
     ynew = f + torch.sqrt(s2)[:, None] * torch.randn(f.shape, dtype=_F64, generator=gen)
-    gamma = ((codes[:, None] >> torch.arange(p)) & 1).bool()
+    gamma = model_masks(codes, p)
     return ExactDraws(
         f=f.numpy(),
         y=ynew.numpy(),
