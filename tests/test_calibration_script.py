@@ -21,6 +21,10 @@ def test_fit_row_is_consistent(data_dir, monkeypatch, benchmark_script):
     assert all(0 <= c <= 1 for c in cov) and cov == sorted(cov)  # nested intervals cover more
     assert row["noise_ratio"] > 0 and 0 <= row["epistemic_share"] <= 1
     assert np.isfinite(row["nll"]) and row["split"] == 0
+    # the noise update after the last step sets E[sigma2] to about the expected squared error under q(W):
+    # training MSE plus the output spread at the training inputs (up to the weak prior and 32 draws of it)
+    assert row["train_spread"] > 0 and row["mse_ratio"] > 0
+    assert row["noise_ratio"] == pytest.approx(1 + row["train_spread"], abs=0.05)
     short = mod.fit_row("mfvi-bnn", "yacht", 0, label="short", steps=3)  # steps reach the fit
     assert short["model"] == "mfvi-bnn+short" and short["nll"] != row["nll"]
 
@@ -43,7 +47,15 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
     assert [(e["model"], e["dataset"]) for e in mod.summarize(rows[::-1])] == [
         ("a", "yacht"), ("a", "energy"), ("b", "yacht"), ("b", "energy")
     ]  # fmt: skip
+    assert summary[0]["train_spread"] is None and summary[0]["mse_ratio"] is None  # rows from before them
+    extra = [{**r, "train_spread": 0.5 + 0.1 * r["split"], "mse_ratio": 1.2} for r in rows]
+    extra[-1].pop("mse_ratio")  # one split without it: no mean of the others
+    both = mod.summarize(extra)
+    assert both[0]["train_spread"] == pytest.approx(0.55) and both[0]["mse_ratio"] == pytest.approx(1.2)
+    assert both[-1]["train_spread"] == pytest.approx(0.55) and both[-1]["mse_ratio"] is None
+    assert "| 0.55 | 1.20 |" in mod.markdown(both, "cmd") and "| 0.55 | – |" in mod.markdown(both, "cmd")
     text = mod.markdown(summary, "cmd")
+    assert "| – | – |" in text
     assert text.count("\n| a | yacht |") == 1 and text.count("\n| a | energy |") == 1 and "| 0.510 |" in text
     assert "\n| a | **0.905** (2) | **0.905** (2) | 0/2 |" in text  # the target table, both outside
     (tmp_path / "calibration.partial.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")
