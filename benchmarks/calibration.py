@@ -23,6 +23,14 @@ of 50 units and the entry's defaults, or the guide named after a colon, ``hs-bnn
   ``train_spread`` far above ``sqrt(mse_ratio) - 1`` is spread the predictive mean's errors do not show:
   it is counted once in the noise and again in the predictive variance.
 
+``--holdout SHARE`` (rows labelled ``+holdout``) asks whether held-out rows can tell that spread apart.  A
+first fit sees all training rows but a seeded ``SHARE`` of them (:func:`holdout_dataset`); the factor ``c``
+on the noise scale that maximizes those rows' predictive log-likelihood under it
+(:func:`zoo.eval.metrics.heldout_noise_scale`, :func:`heldout_factor`) then multiplies the noise scale of
+every posterior draw of the usual fit on all training rows (:func:`scale_noise`), which scores the test
+rows.  The row also keeps ``noise_scale`` (``c``) and that fit's unscaled ``coverage95_unscaled`` and
+``nll_unscaled``.  Two fits per row; a study of the protocol, not an option of the registry entries.
+
 Every finished fit is journaled to ``OUT/calibration.partial.jsonl`` so an interrupted run resumes; the
 summary goes to ``OUT/calibration.{json,md,png}``, over the rows already committed there (rows a run redoes
 are replaced, the others kept).
@@ -31,7 +39,7 @@ Usage::
 
     ZOO_DATA_DIR=/work/shared/data python benchmarks/calibration.py \\
         [--models mfvi-bnn hs-bnn:factorized cm-bnn] [--datasets yacht energy] [--splits 0 1] \\
-        [--out benchmarks/results] [--render-only]
+        [--out benchmarks/results] [--holdout 0.2] [--render-only]
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _calibration_holdout import heldout_factor, holdout_dataset, holdout_table, scale_noise
 
 LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
@@ -56,7 +65,9 @@ DATASET_ORDER = (*DATASETS, "wine-quality-red", "kin8nm", "power-plant", "naval-
 #: issue 17's target for the defaults: mean Gaussian 95 % coverage over the splits inside this interval
 TARGET = (0.92, 0.98)
 #: row fields added after the first rows were committed (the summary has ``None`` where a split lacks one)
-OPTIONAL = ("train_spread", "mse_ratio")
+OPTIONAL = ("train_spread", "mse_ratio", "noise_scale", "coverage95_unscaled", "nll_unscaled")
+#: the held-out rows of split ``k`` are drawn with seed ``HOLDOUT_SEED + k`` (``--holdout``)
+HOLDOUT_SEED = 1000
 
 
 def fit_row(
@@ -67,12 +78,15 @@ def fit_row(
     label: str = "",
     guide_options: dict | None = None,
     steps: int | None = None,
+    holdout: float = 0.0,
 ) -> dict:
     """One fit of ``spec`` (``model[:guide]``, builder ``options``, ``guide_options``, ``steps`` if not the
     entry's default) on ``uci:dataset`` split ``split`` and its calibration row (named ``spec+label`` when a
-    label is given)."""
+    label is given).  ``holdout > 0``: the held-out noise scale (:func:`heldout_factor`,
+    :func:`scale_noise`)."""
     import torch
 
+    from zoo.data.registry import load_dataset
     from zoo.eval.metrics import interval_coverage, mixture_pit
     from zoo.experiments.runs import RunConfig, fit_on_dataset
 
@@ -89,10 +103,17 @@ def fit_row(
     )
     cfg = RunConfig.from_dict({**cfg.to_dict(), "train_metrics": True})
     t0 = time.perf_counter()
-    run = fit_on_dataset(model, f"uci:{dataset}", cfg)
+    data = f"uci:{dataset}"
+    if holdout:
+        held, n_val = holdout_dataset(load_dataset(data, split), holdout, HOLDOUT_SEED + split)
+        c = heldout_factor(model, held, n_val, cfg)
+    run = fit_on_dataset(model, data, cfg)
     pred, train = run.predictions, run.train_predictions
     _, ytr, _, yte = run.dataset.tensors(device=torch.device("cpu"))
     y, ytr = yte.reshape(-1).double().numpy(), ytr.reshape(-1).double().numpy()
+    extra: dict = {}
+    if holdout:
+        pred, extra = scale_noise(run.dataset, pred, y, c)
     loc, scale = pred.loc.double().cpu().numpy(), pred.scale.double().cpu().numpy()
     cov = interval_coverage(mixture_pit(y, loc, scale), LEVELS)
     train_mse = float(np.mean((ytr - train.mean.reshape(-1).double().cpu().numpy()) ** 2))
@@ -100,19 +121,21 @@ def fit_row(
     noise_var = float(np.mean(scale**2))
     epistemic = float(np.mean(np.var(loc, axis=0)))
     train_spread = float(np.mean(np.var(train.loc.double().cpu().numpy(), axis=0)))
+    scores = extra.pop("scores", run.metrics)
     return {
         "model": f"{spec}+{label}" if label else spec,
         "dataset": dataset,
         "split": split,
-        "rmse": run.metrics["rmse"],
-        "nll": run.metrics["nll"],
-        "coverage95": run.metrics["coverage95"],
+        "rmse": scores["rmse"],
+        "nll": scores["nll"],
+        "coverage95": scores["coverage95"],
         "coverage": {str(k): v for k, v in cov.items()},
         "noise_ratio": noise_var / train_mse,
         "epistemic_share": epistemic / (epistemic + noise_var),
         "train_spread": train_spread / train_mse,
         "mse_ratio": test_mse / train_mse,
         "fit_seconds": round(time.perf_counter() - t0, 2),
+        **extra,
     }
 
 
@@ -207,6 +230,7 @@ def markdown(summary: list[dict], commands: list[str]) -> str:
         "the defaults.  See `benchmarks/calibration.py`.",
         "",
         *target_table(summary),
+        *holdout_table(summary),
         "Commands (rows of every one are in the table):",
         "",
         *(f"* `{c}`" for c in commands),
@@ -278,8 +302,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--guide-options", type=json.loads, default=None, help="guide options (JSON)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the entry's)")
     p.add_argument("--label", default="", help="suffix of the model names when options are given")
+    p.add_argument(
+        "--holdout",
+        type=float,
+        default=0.0,
+        help="fit on the other training rows, scale the noise on this share of them (label: holdout)",
+    )
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
     a = p.parse_args(argv)
+    if a.holdout and not a.label:
+        a.label = "holdout"
     if (a.options is not None or a.guide_options is not None or a.steps is not None) and not a.label:
         p.error("--options/--guide-options/--steps need --label (the rows must not mix with the defaults')")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
@@ -301,7 +333,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 for ds in a.datasets:
                     for k in a.splits:
                         if (spec + suffix, ds, k) not in done:
-                            row = fit_row(spec, ds, k, a.options, a.label, a.guide_options, a.steps)
+                            row = fit_row(
+                                spec, ds, k, a.options, a.label, a.guide_options, a.steps, a.holdout
+                            )
                             append_line(fh, json.dumps(row))
                             print(json.dumps(row), flush=True)
     command = "python benchmarks/calibration.py " + shlex.join(argv if argv is not None else sys.argv[1:])

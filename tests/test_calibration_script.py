@@ -79,3 +79,96 @@ def test_options_need_a_label(tmp_path, capsys, benchmark_script):
             mod.main([flag, value, "--out", str(tmp_path)])
         assert "need --label" in capsys.readouterr().err
         assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_holdout_dataset_moves_a_seeded_share(benchmark_script):
+    from zoo.data.core import from_arrays
+
+    mod = benchmark_script("_calibration_holdout")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 3)), rng.normal(size=60)
+    ds = from_arrays("toy", "regression", x[:50], y[:50], x[50:], y[50:])
+    held, n_val = mod.holdout_dataset(ds, 0.2, 7)
+    assert n_val == 10 and held.x_train.shape == (40, 3) and held.x_test.shape == (20, 3)
+    # the held-out rows and the fit rows are the training rows, once each; the test rows follow unchanged
+    rows = np.concatenate([held.x_test[:n_val], held.x_train])
+    assert sorted(map(tuple, rows)) == sorted(map(tuple, ds.x_train))
+    np.testing.assert_array_equal(held.x_test[n_val:], ds.x_test)
+    np.testing.assert_array_equal(held.y_test[n_val:], ds.y_test)
+    again, _ = mod.holdout_dataset(ds, 0.2, 7)
+    other, _ = mod.holdout_dataset(ds, 0.2, 8)
+    np.testing.assert_array_equal(again.x_train, held.x_train)
+    assert not np.array_equal(other.x_train, held.x_train)
+    for share in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="holdout"):
+            mod.holdout_dataset(ds, share, 7)
+
+
+def test_noise_factor_and_scale_noise(benchmark_script):
+    import types
+
+    import torch
+
+    from zoo.infer.predict import Predictions
+
+    mod = benchmark_script("_calibration_holdout")
+    rng = np.random.default_rng(1)
+    S, n_val, n_test = 20, 4000, 500
+    n = n_val + n_test
+    loc = rng.normal(size=n)[None, :] + 0.2 * rng.normal(size=(S, n))
+    scale = np.full((S, n), 2.0)
+    k = rng.integers(S, size=n)
+    y = loc[k, np.arange(n)] + 0.5 * 2.0 * rng.normal(size=n)  # the noise is half the predictive's
+    t = lambda a: torch.as_tensor(a)  # noqa: E731
+    pred = Predictions("regression", mean=t(loc.mean(0)), var=t((scale**2).mean(0) + loc.var(0)), loc=t(loc),
+                       scale=t(scale))  # fmt: skip
+    c = mod.noise_factor(pred, y, n_val)
+    assert abs(np.log(c) - np.log(0.5)) < 0.05  # standard error of log c about 1 / sqrt(2 * 4000) = 0.011
+    shifted = y.copy()
+    shifted[n_val:] += 100.0
+    assert mod.noise_factor(pred, shifted, n_val) == c  # only the held-out rows choose it
+    regression = types.SimpleNamespace(task="regression")
+    scaled, extra = mod.scale_noise(regression, pred, y, c)
+    assert extra["noise_scale"] == c and "scores" in extra
+    np.testing.assert_allclose(scaled.var.numpy(), ((c * scale) ** 2).mean(0) + loc.var(0), rtol=1e-12)
+    np.testing.assert_array_equal(scaled.loc.numpy(), loc)
+    np.testing.assert_array_equal(scaled.mean.numpy(), pred.mean.numpy())
+    assert extra["scores"]["coverage95"] < extra["coverage95_unscaled"] > 0.99
+    assert extra["scores"]["nll"] < extra["nll_unscaled"]
+    assert 0.93 < extra["scores"]["coverage95"] < 0.97  # 4500 rows: standard error of a coverage 0.0033
+    _, same = mod.scale_noise(regression, pred, y, 1.0)
+    assert same["scores"]["nll"] == pytest.approx(same["nll_unscaled"], rel=1e-12)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="c:"):
+            mod.scale_noise(regression, pred, y, bad)
+
+
+def test_holdout_row(data_dir, monkeypatch, benchmark_script):
+    from zoo.experiments.registry import get_entry
+
+    mod = benchmark_script("calibration")
+    monkeypatch.setitem(get_entry("mfvi-bnn").fit_defaults, "steps", 60)
+    row = mod.fit_row("mfvi-bnn", "yacht", 0, label="holdout", holdout=0.2)
+    assert row["model"] == "mfvi-bnn+holdout" and row["noise_scale"] > 0
+    assert np.isfinite(row["nll"]) and "scores" not in row
+    # the scaled fit is the usual fit on all training rows: unscaled, it is the default's row
+    plain = mod.fit_row("mfvi-bnn", "yacht", 0)
+    assert row["nll_unscaled"] == plain["nll"] and row["coverage95_unscaled"] == plain["coverage95"]
+    assert row["rmse"] == plain["rmse"] and row["train_spread"] == plain["train_spread"]
+
+
+def test_holdout_table(benchmark_script):
+    mod = benchmark_script("calibration")
+    cov = {str(lv): 0.99 for lv in mod.LEVELS}
+    base = {"dataset": "yacht", "coverage95": 0.99, "nll": 1.3, "rmse": 1.0, "noise_ratio": 1.5,
+            "epistemic_share": 0.3, "coverage": cov, "fit_seconds": 1.0}  # fmt: skip
+    rows = [{**base, "model": "m", "split": k} for k in (0, 1)] + [
+        {**base, "model": "m+holdout", "split": k, "coverage95": 0.95, "nll": 1.1,
+         "noise_scale": 0.5 + 0.1 * k, "coverage95_unscaled": 1.0, "nll_unscaled": 1.4}
+        for k in (0, 1)
+    ]  # fmt: skip
+    summary = mod.summarize(rows)
+    assert summary[1]["noise_scale"] == pytest.approx(0.55) and summary[0]["noise_scale"] is None
+    text = mod.markdown(summary, ["cmd"])
+    assert "| m+holdout | yacht | 2 | 0.55 | 0.990 → 1.000 → 0.950 | 1.300 → 1.400 → 1.100 |" in text
+    assert mod.holdout_table(mod.summarize(rows[:2])) == []  # no held-out rows: no table

@@ -51,6 +51,7 @@ outside ``[0, 1]``, and levels outside ``(0, 1)``.
 
 from __future__ import annotations
 
+import logging
 import math
 from statistics import NormalDist
 from typing import Any
@@ -81,6 +82,8 @@ from zoo.eval.classification import (
 )
 from zoo.eval.selection import density, density_per_layer, selection_rates
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "PAPER003_PINBALL_LEVELS",
     "PROB_CLAMP",
@@ -89,6 +92,7 @@ __all__ = [
     "rmse_pointwise",
     "gaussian_nll",
     "mixture_nll",
+    "heldout_noise_scale",
     "nll_from_loglik",
     "categorical_nll",
     "coverage",
@@ -193,6 +197,38 @@ def mixture_nll(y: Any, loc: Any, scale: Any) -> float:
     z = (y_[None, ...] - mu) / sd
     logp = -0.5 * _LOG_2PI - np.log(sd) - 0.5 * z * z
     return nll_from_loglik(logp.reshape(mu.shape[0], -1))
+
+
+def heldout_noise_scale(y: Any, loc: Any, scale: Any, log_bounds: tuple[float, float] = (-4.0, 2.0)) -> float:
+    """The factor ``c`` on the noise scale that maximizes the held-out log-likelihood of the Gaussian-mixture
+    predictive ``(1/S) sum_s N(y_n | loc[s, n], (c scale[s, n])^2)`` (shapes as in :func:`mixture_nll`).
+
+    Rows held out of the fit make this a cross-validated (predictive) estimate of the noise scale
+    (Geisser & Eddy 1979; the "sigma scaling" of Laves et al. 2020, arXiv:2006.13707), which — unlike the
+    ELBO's noise optimum on the training rows — can see whether the spread of ``q(W)`` at the data is
+    backed by errors on new rows.  With one draw (``S = 1``) the optimum is the closed form
+    ``c^2 = mean_n z_n^2``, ``z_n = (y_n - loc_n) / scale_n``.  The search is Brent's bounded method on
+    ``log c`` in ``log_bounds``; an optimum on a bound is returned with a warning.
+    """
+    from scipy.optimize import minimize_scalar
+
+    y_ = check_float_array("y", y, min_ndim=1)
+    mu = check_draws("loc", loc, y_.shape)
+    sd = _positive_broadcast("scale", scale, mu.shape, "the shape of `loc`")
+    lo, hi = (float(b) for b in log_bounds)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"log_bounds must be two finite numbers, low < high, got {log_bounds!r}")
+    z2 = ((y_[None, ...] - mu) / sd).reshape(mu.shape[0], -1) ** 2
+    log_sd = np.log(sd).reshape(mu.shape[0], -1)
+
+    def nll(u: float) -> float:
+        logp = -0.5 * _LOG_2PI - log_sd - u - 0.5 * z2 * math.exp(-2.0 * u)
+        return -float(np.mean(logsumexp(logp, axis=0) - math.log(mu.shape[0])))
+
+    u = float(minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-7}).x)
+    if min(u - lo, hi - u) < 1e-4:
+        logger.warning("heldout_noise_scale: the optimum log c = %.4f is on a bound of %s", u, (lo, hi))
+    return math.exp(u)
 
 
 def nll_from_loglik(loglik: Any) -> float:
