@@ -40,9 +40,19 @@ def noise_factor(pred, y: np.ndarray, n_val: int) -> float:
     return heldout_noise_scale(y[:n_val], loc[:, :n_val], scale[:, :n_val])
 
 
-def heldout_factor(model: str, held, n_val: int, cfg) -> float:
+def predictive_factor(pred, y: np.ndarray, n_val: int) -> float:
+    """The factor ``s`` on the standard deviation of the moment-matched Gaussian predictive ``N(mean, var)``
+    that the first ``n_val`` rows choose: the closed-form maximum of their Gaussian log-likelihood,
+    ``s^2 = mean_n (y_n - mean_n)^2 / var_n`` (the "sigma scaling" of Laves et al. 2020, arXiv:2006.13707,
+    which scales the whole predictive, weight spread included, not only the noise)."""
+    mean, var = pred.mean.double().cpu().numpy()[:n_val], pred.var.double().cpu().numpy()[:n_val]
+    return float(np.sqrt(np.mean((y[:n_val] - mean) ** 2 / var)))
+
+
+def heldout_factors(model: str, held, n_val: int, cfg) -> dict[str, float]:
     """Fit registry ``model`` with ``cfg`` on ``held``'s training rows (:func:`holdout_dataset`) and return
-    the noise factor its held-out rows choose (:func:`noise_factor`)."""
+    the factors its held-out rows choose: ``{"noise": c, "predictive": s}`` (:func:`noise_factor`,
+    :func:`predictive_factor`)."""
     import dataclasses
 
     import torch
@@ -51,20 +61,24 @@ def heldout_factor(model: str, held, n_val: int, cfg) -> float:
 
     run = fit_on_dataset(model, held, dataclasses.replace(cfg, train_metrics=False))
     y = run.dataset.tensors(device=torch.device("cpu"))[3].reshape(-1).double().numpy()
-    return noise_factor(run.predictions, y, n_val)
+    pred = run.predictions
+    return {"noise": noise_factor(pred, y, n_val), "predictive": predictive_factor(pred, y, n_val)}
 
 
-def scale_noise(dataset, pred, y: np.ndarray, c: float) -> tuple:
+def scale_noise(dataset, pred, y: np.ndarray, c: float, s: float | None = None) -> tuple:
     """``pred`` with every draw's noise scale times ``c`` (the mean is unchanged, the variance gains
     ``(c^2 - 1)`` times the draws' mean noise variance), and the row's extra fields: ``noise_scale`` (``c``),
-    ``coverage95_unscaled`` / ``nll_unscaled`` (``pred`` as it was) and ``scores`` (the scaled metrics)."""
+    ``coverage95_unscaled`` / ``nll_unscaled`` (``pred`` as it was) and ``scores`` (the scaled metrics);
+    with ``s``, also ``predictive_scale`` (``s``) and the Gaussian ``coverage95_predictive`` /
+    ``nll_predictive`` of ``N(mean, s^2 var)``."""
     from zoo.experiments.outputs import score_predictions
     from zoo.infer.predict import Predictions
 
     if pred.loc is None or pred.scale is None:
         raise ValueError("pred: scaling the noise needs the predictive's per-draw loc and scale")
-    if not (np.isfinite(c) and c > 0):
-        raise ValueError(f"c: the noise factor must be finite and positive, got {c!r}")
+    for name, value in (("c", c), ("s", 1.0 if s is None else s)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: the factor must be finite and positive, got {value!r}")
     loc, scale = pred.loc.double().cpu(), pred.scale.double().cpu()
     mean, var = pred.mean.double().cpu(), pred.var.double().cpu()
     raw = Predictions(pred.task, mean=mean, var=var, loc=loc, scale=scale)
@@ -77,31 +91,40 @@ def scale_noise(dataset, pred, y: np.ndarray, c: float) -> tuple:
         "nll_unscaled": before["nll"],
         "scores": score_predictions(dataset, scaled, y),
     }
+    if s is not None:
+        wide = score_predictions(dataset, Predictions(pred.task, mean=mean, var=s * s * var), y)
+        extra |= {
+            "predictive_scale": s,
+            "coverage95_predictive": wide["coverage95"],
+            "nll_predictive": wide["nll"],
+        }
     return scaled, extra
 
 
 def holdout_table(summary: list[dict]) -> list[str]:
-    """Markdown lines: every ``--holdout`` label's mean noise factor ``c`` and its coverage95 and NLL, next
-    to the same fits unscaled and to the label without ``+holdout`` (the fit on all training rows)."""
-    cells = {(e["model"], e["dataset"]): e for e in summary}
+    """Markdown lines: every ``--holdout`` label's coverage95 and NLL on the fit on all training rows,
+    unscaled, with the noise scale times the mean ``c``, and with the Gaussian predictive's scale times the
+    mean ``s`` (both factors chosen on held-out rows by a second fit without them)."""
     held = [e for e in summary if e.get("noise_scale") is not None]
     if not held:
         return []
     lines = [
-        "Held-out noise scale (`--holdout`): the fit on all training rows, unscaled and with its noise "
-        "scale times c, chosen on held-out rows by a second fit without them; and the label without "
-        "`+holdout` (the same fit, as committed).",
+        "Held-out scale (`--holdout`): the fit on all training rows (the default's row), unscaled → with "
+        "its noise scale times c → with its Gaussian predictive's scale times s; c and s are chosen on "
+        "held-out training rows by a second fit without them.",
         "",
-        "| model | dataset | splits | c | coverage95 committed → unscaled → scaled | "
-        "NLL committed → unscaled → scaled |",
-        "|---|---|---|---|---|---|",
+        "| model | dataset | splits | c | s | coverage95: unscaled → noise × c → predictive × s | "
+        "NLL: unscaled → noise × c → predictive × s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for e in held:
-        base = cells.get((e["model"].removesuffix("+holdout"), e["dataset"]))
-        cov0, nll0 = (f"{base['coverage95']:.3f}", f"{base['nll']:.3f}") if base else ("–", "–")
+        pred = e.get("predictive_scale") is not None
+        s_text = f"{e['predictive_scale']:.2f}" if pred else "–"
+        cov_p = f"{e['coverage95_predictive']:.3f}" if pred else "–"
+        nll_p = f"{e['nll_predictive']:.3f}" if pred else "–"
         lines.append(
-            f"| {e['model']} | {e['dataset']} | {e['splits']} | {e['noise_scale']:.2f} | "
-            f"{cov0} → {e['coverage95_unscaled']:.3f} → {e['coverage95']:.3f} | "
-            f"{nll0} → {e['nll_unscaled']:.3f} → {e['nll']:.3f} |"
+            f"| {e['model']} | {e['dataset']} | {e['splits']} | {e['noise_scale']:.2f} | {s_text} | "
+            f"{e['coverage95_unscaled']:.3f} → {e['coverage95']:.3f} → {cov_p} | "
+            f"{e['nll_unscaled']:.3f} → {e['nll']:.3f} → {nll_p} |"
         )
     return [*lines, ""]

@@ -26,10 +26,13 @@ of 50 units and the entry's defaults, or the guide named after a colon, ``hs-bnn
 ``--holdout SHARE`` (rows labelled ``+holdout``) asks whether held-out rows can tell that spread apart.  A
 first fit sees all training rows but a seeded ``SHARE`` of them (:func:`holdout_dataset`); the factor ``c``
 on the noise scale that maximizes those rows' predictive log-likelihood under it
-(:func:`zoo.eval.metrics.heldout_noise_scale`, :func:`heldout_factor`) then multiplies the noise scale of
+(:func:`zoo.eval.metrics.heldout_noise_scale`, :func:`heldout_factors`) then multiplies the noise scale of
 every posterior draw of the usual fit on all training rows (:func:`scale_noise`), which scores the test
-rows.  The row also keeps ``noise_scale`` (``c``) and that fit's unscaled ``coverage95_unscaled`` and
-``nll_unscaled``.  Two fits per row; a study of the protocol, not an option of the registry entries.
+rows.  The row also keeps ``noise_scale`` (``c``), that fit's unscaled ``coverage95_unscaled`` and
+``nll_unscaled``, and the same with the whole moment-matched predictive's scale times ``s`` chosen on the
+held-out rows (``predictive_scale``, ``coverage95_predictive``, ``nll_predictive``: sigma scaling, which
+also shrinks the weight posterior's spread).  Two fits per row; a study of the protocol, not an option of
+the registry entries.
 
 Every finished fit is journaled to ``OUT/calibration.partial.jsonl`` so an interrupted run resumes; the
 summary goes to ``OUT/calibration.{json,md,png}``, over the rows already committed there (rows a run redoes
@@ -55,7 +58,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _calibration_holdout import heldout_factor, holdout_dataset, holdout_table, scale_noise
+from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, scale_noise
 
 LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
@@ -65,7 +68,16 @@ DATASET_ORDER = (*DATASETS, "wine-quality-red", "kin8nm", "power-plant", "naval-
 #: issue 17's target for the defaults: mean Gaussian 95 % coverage over the splits inside this interval
 TARGET = (0.92, 0.98)
 #: row fields added after the first rows were committed (the summary has ``None`` where a split lacks one)
-OPTIONAL = ("train_spread", "mse_ratio", "noise_scale", "coverage95_unscaled", "nll_unscaled")
+OPTIONAL = (
+    "train_spread",
+    "mse_ratio",
+    "noise_scale",
+    "coverage95_unscaled",
+    "nll_unscaled",
+    "predictive_scale",
+    "coverage95_predictive",
+    "nll_predictive",
+)
 #: the held-out rows of split ``k`` are drawn with seed ``HOLDOUT_SEED + k`` (``--holdout``)
 HOLDOUT_SEED = 1000
 
@@ -82,7 +94,7 @@ def fit_row(
 ) -> dict:
     """One fit of ``spec`` (``model[:guide]``, builder ``options``, ``guide_options``, ``steps`` if not the
     entry's default) on ``uci:dataset`` split ``split`` and its calibration row (named ``spec+label`` when a
-    label is given).  ``holdout > 0``: the held-out noise scale (:func:`heldout_factor`,
+    label is given).  ``holdout > 0``: the held-out noise scale (:func:`heldout_factors`,
     :func:`scale_noise`)."""
     import torch
 
@@ -106,14 +118,14 @@ def fit_row(
     data = f"uci:{dataset}"
     if holdout:
         held, n_val = holdout_dataset(load_dataset(data, split), holdout, HOLDOUT_SEED + split)
-        c = heldout_factor(model, held, n_val, cfg)
+        factors = heldout_factors(model, held, n_val, cfg)
     run = fit_on_dataset(model, data, cfg)
     pred, train = run.predictions, run.train_predictions
     _, ytr, _, yte = run.dataset.tensors(device=torch.device("cpu"))
     y, ytr = yte.reshape(-1).double().numpy(), ytr.reshape(-1).double().numpy()
     extra: dict = {}
     if holdout:
-        pred, extra = scale_noise(run.dataset, pred, y, c)
+        pred, extra = scale_noise(run.dataset, pred, y, factors["noise"], factors["predictive"])
     loc, scale = pred.loc.double().cpu().numpy(), pred.scale.double().cpu().numpy()
     cov = interval_coverage(mixture_pit(y, loc, scale), LEVELS)
     train_mse = float(np.mean((ytr - train.mean.reshape(-1).double().cpu().numpy()) ** 2))

@@ -136,11 +136,37 @@ def test_noise_factor_and_scale_noise(benchmark_script):
     assert extra["scores"]["coverage95"] < extra["coverage95_unscaled"] > 0.99
     assert extra["scores"]["nll"] < extra["nll_unscaled"]
     assert 0.93 < extra["scores"]["coverage95"] < 0.97  # 4500 rows: standard error of a coverage 0.0033
-    _, same = mod.scale_noise(regression, pred, y, 1.0)
+    _, same = mod.scale_noise(regression, pred, y, 1.0, 1.0)
     assert same["scores"]["nll"] == pytest.approx(same["nll_unscaled"], rel=1e-12)
+    assert same["nll_predictive"] == pytest.approx(same["nll_unscaled"], rel=1e-12)
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="c:"):
             mod.scale_noise(regression, pred, y, bad)
+        with pytest.raises(ValueError, match="s:"):
+            mod.scale_noise(regression, pred, y, 1.0, bad)
+
+
+def test_predictive_factor_is_the_gaussian_closed_form(benchmark_script):
+    import types
+
+    import torch
+
+    mod = benchmark_script("_calibration_holdout")
+    rng = np.random.default_rng(3)
+    n_val, n = 3000, 3500
+    mean, var = rng.normal(size=n), rng.uniform(0.5, 2.0, size=n)
+    y = mean + 0.6 * np.sqrt(var) * rng.normal(size=n)  # the predictive is 1 / 0.6 times too wide
+    y[n_val:] += 50.0  # rows past n_val are test rows: they must not count
+    pred = types.SimpleNamespace(mean=torch.as_tensor(mean), var=torch.as_tensor(var))
+    s = mod.predictive_factor(pred, y, n_val)
+    assert s == pytest.approx(np.sqrt(np.mean((y[:n_val] - mean[:n_val]) ** 2 / var[:n_val])), rel=1e-12)
+    assert abs(np.log(s) - np.log(0.6)) < 0.04  # standard error of log s about 1 / sqrt(2 * 3000) = 0.013
+    # it maximizes the held-out Gaussian log-likelihood of N(mean, s^2 var)
+    from zoo.eval.metrics import gaussian_nll
+
+    best = gaussian_nll(y[:n_val], mean[:n_val], s * s * var[:n_val])
+    for f in (0.98, 1.02):
+        assert best < gaussian_nll(y[:n_val], mean[:n_val], (f * s) ** 2 * var[:n_val])
 
 
 def test_holdout_row(data_dir, monkeypatch, benchmark_script):
@@ -155,6 +181,7 @@ def test_holdout_row(data_dir, monkeypatch, benchmark_script):
     plain = mod.fit_row("mfvi-bnn", "yacht", 0)
     assert row["nll_unscaled"] == plain["nll"] and row["coverage95_unscaled"] == plain["coverage95"]
     assert row["rmse"] == plain["rmse"] and row["train_spread"] == plain["train_spread"]
+    assert row["predictive_scale"] > 0 and 0 <= row["coverage95_predictive"] <= 1
 
 
 def test_holdout_table(benchmark_script):
@@ -170,5 +197,10 @@ def test_holdout_table(benchmark_script):
     summary = mod.summarize(rows)
     assert summary[1]["noise_scale"] == pytest.approx(0.55) and summary[0]["noise_scale"] is None
     text = mod.markdown(summary, ["cmd"])
-    assert "| m+holdout | yacht | 2 | 0.55 | 0.990 → 1.000 → 0.950 | 1.300 → 1.400 → 1.100 |" in text
+    assert "| m+holdout | yacht | 2 | 0.55 | – | 1.000 → 0.950 → – | 1.400 → 1.100 → – |" in text
+    both = [
+        {**r, "predictive_scale": 0.8, "coverage95_predictive": 0.96, "nll_predictive": 1.0} for r in rows
+    ]
+    line = "| m+holdout | yacht | 2 | 0.55 | 0.80 | 1.000 → 0.950 → 0.960 | 1.400 → 1.100 → 1.000 |"
+    assert line in mod.markdown(mod.summarize(both), ["cmd"])
     assert mod.holdout_table(mod.summarize(rows[:2])) == []  # no held-out rows: no table
