@@ -204,7 +204,8 @@ def heldout_noise_scale(y: Any, loc: Any, scale: Any, log_bounds: tuple[float, f
     predictive ``(1/S) sum_s N(y_n | loc[s, n], (c scale[s, n])^2)`` (shapes as in :func:`mixture_nll`).
 
     Rows held out of the fit make this a cross-validated (predictive) estimate of the noise scale
-    (Geisser & Eddy 1979; the "sigma scaling" of Laves et al. 2020, arXiv:2006.13707), which — unlike the
+    (Geisser & Eddy 1979; cf. the "sigma scaling" of Laves et al. 2020, arXiv:2006.13707, which scales the
+    whole predictive), which — unlike the
     ELBO's noise optimum on the training rows — can see whether the spread of ``q(W)`` at the data is
     backed by errors on new rows.  With one draw (``S = 1``) the optimum is the closed form
     ``c^2 = mean_n z_n^2``, ``z_n = (y_n - loc_n) / scale_n``.  The search is Brent's bounded method on
@@ -218,12 +219,9 @@ def heldout_noise_scale(y: Any, loc: Any, scale: Any, log_bounds: tuple[float, f
     lo, hi = (float(b) for b in log_bounds)
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"log_bounds must be two finite numbers, low < high, got {log_bounds!r}")
-    z2 = ((y_[None, ...] - mu) / sd).reshape(mu.shape[0], -1) ** 2
-    log_sd = np.log(sd).reshape(mu.shape[0], -1)
 
     def nll(u: float) -> float:
-        logp = -0.5 * _LOG_2PI - log_sd - u - 0.5 * z2 * math.exp(-2.0 * u)
-        return -float(np.mean(logsumexp(logp, axis=0) - math.log(mu.shape[0])))
+        return mixture_nll(y_, mu, math.exp(u) * sd)
 
     u = float(minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-7}).x)
     if min(u - lo, hi - u) < 1e-4:
