@@ -395,6 +395,7 @@ def test_cli_fit_nuts_end_to_end(data_dir, tmp_path, capsys) -> None:
         (["--full-mass"], "--full-mass"),
         (["--hierarchical"], "--hierarchical"),
         (["--centered"], "--centered"),
+        (["--gibbs"], "--gibbs"),
     ],
 )
 def test_cli_refuses_bad_nuts_arguments(tmp_path, capsys, extra, flag) -> None:
@@ -416,12 +417,14 @@ def test_cli_form_and_mass_flags_reach_the_sampler_settings(tmp_path) -> None:
         ([], {}),
         (["--full-mass", "--hierarchical"], {"full_mass": True, "hierarchical": True}),
         (["--centered"], {"centered": True}),
+        (["--gibbs"], {"gibbs": True, "jit_compile": False}),
     ):
         a = parser.parse_args([*base, *extra])
         validate_fit(parser, a)
         opts = a.config.fit_options
         assert opts["inference"] == "nuts"
-        assert {k: opts[k] for k in ("full_mass", "hierarchical", "centered") if k in opts} == want
+        keys = ("full_mass", "hierarchical", "centered", "gibbs", "jit_compile")
+        assert {k: opts[k] for k in keys if k in opts} == want
     assert not (tmp_path / "o").exists()
 
 

@@ -17,7 +17,8 @@ Hyperparameters live in registered buffers, so ``model.to(device)`` moves them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+import importlib
+from collections.abc import Iterable, Mapping, Sequence
 
 import pyro
 import torch
@@ -28,7 +29,7 @@ from torch import Tensor
 from zoo.core.architectures import ParamSpec
 from zoo.core.meta import PyroModuleABCMeta
 
-__all__ = ["Prior", "site_name_clashes", "check_site_names"]
+__all__ = ["Prior", "ExactScaleConditionals", "site_name_clashes", "check_site_names"]
 
 
 class Prior(PyroModule, metaclass=PyroModuleABCMeta):
@@ -45,6 +46,25 @@ class Prior(PyroModule, metaclass=PyroModuleABCMeta):
     def config(self) -> dict:
         """Constructor arguments (plain data), for checkpoints and the registry."""
         return {}
+
+
+class ExactScaleConditionals:
+    """Mixin of a prior whose scales have exact full conditionals given the weights (NUTS within Gibbs,
+    :mod:`zoo.infer.mcmc_gibbs`).  ``conditionals_module`` names a module with ``scale_sites(prior, specs)``
+    (the scale sites, in draw order) and ``draw_scales(prior, specs, values)`` (one Gibbs sweep given the
+    current value of every site)."""
+
+    conditionals_module: str = ""
+
+    def conditional_sites(self, specs: Sequence[ParamSpec]) -> list[str]:
+        """The scale sites with exact full conditionals, in draw order."""
+        return importlib.import_module(self.conditionals_module).scale_sites(self, specs)
+
+    def draw_conditionals(
+        self, specs: Sequence[ParamSpec], values: Mapping[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """One exact Gibbs sweep over the scales given ``values``."""
+        return importlib.import_module(self.conditionals_module).draw_scales(self, specs, values)
 
 
 def site_name_clashes(names: Iterable[str]) -> list[tuple[str, str]]:
@@ -74,6 +94,6 @@ def check_site_names(prior: Prior, specs: Sequence[ParamSpec]) -> None:
         raise ValueError(
             f"prior: {type(prior).__name__} names a sample site {b!r} after its site {a!r}; Pyro's "
             f"autoguides keep a site's parameters under its dotted name, so {a!r} cannot also hold {b!r} "
-            f"(AutoNormal fails with \"has no attribute {leaf!r}\"): name it by layer instead, e.g. "
+            f'(AutoNormal fails with "has no attribute {leaf!r}"): name it by layer instead, e.g. '
             f"{a.split('.')[0] + '.' + leaf!r}"
         )

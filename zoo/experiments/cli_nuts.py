@@ -57,6 +57,12 @@ def add_nuts_arguments(f: argparse.ArgumentParser) -> None:
         help="sample a horseshoe prior in its centered parameterization (the same posterior; default: "
         "as built)",
     )
+    g.add_argument(
+        "--gibbs",
+        action="store_true",
+        help="NUTS within Gibbs: draw the scales of a horseshoe or N-GIG prior exactly from their "
+        "conditionals between NUTS transitions of the weights (centered, hierarchical form; no JIT)",
+    )
 
 
 def _given(a: argparse.Namespace, flags: dict[str, str]) -> list[str]:
@@ -67,7 +73,7 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
     """Check the NUTS flags and, for ``--inference nuts``, put the settings into ``a.config.fit_options``."""
     from zoo.infer.mcmc import NUTSConfig
 
-    switches = ("--no-jit", "--sequential", "--full-mass", "--hierarchical", "--centered")
+    switches = ("--no-jit", "--sequential", "--full-mass", "--hierarchical", "--centered", "--gibbs")
     nuts_flags = _given(a, _FLAGS) + [f for f in switches if getattr(a, f[2:].replace("-", "_"))]
     if a.inference != "nuts":
         if nuts_flags:
@@ -88,6 +94,8 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
         settings["hierarchical"] = True
     if a.centered:
         settings["centered"] = True
+    if a.gibbs:
+        settings.update(gibbs=True, jit_compile=False)
     try:
         NUTSConfig(**settings)
     except (TypeError, ValueError) as e:

@@ -28,6 +28,14 @@ marginal form's geometry is far easier (on the 2-2-1 binary toy the hierarchical
 chains in another mode, R-hat 2.7 on the predictive probabilities; the horseshoe's auxiliaries forced step
 sizes near 3e-3 with every trajectory at the depth limit).  NUTS runs on the CPU, in the data's
 floating-point type (the model's buffers are converted to it).
+
+``gibbs=True`` (``zoo fit --inference nuts --gibbs``) samples NUTS within Gibbs (:mod:`zoo.infer.mcmc_gibbs`):
+each iteration, one NUTS transition of the weights given the prior's scales, then an exact draw of the
+scales from their full conditionals.  It is for priors that provide those conditionals (the horseshoe:
+:mod:`zoo.families.horseshoe.gibbs`; the N-GIG prior: :mod:`zoo.families.bowtie.gibbs`), whose heavy-tailed
+scales NUTS alone explores slowly: on two tanh units on the cubic toy NUTS alone reached a bulk ESS of 268
+for the horseshoe's shrinkage factors in 4 x 2500 draws, with 13 divergences; within Gibbs, 4 x 700 draws
+reach 2473 with none (the reference ``hs-cubic-tanh-gibbs``).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from zoo.core.validation import (
 )
 from zoo.infer.mcmc_chains import INIT_STRATEGIES, run_chains
 from zoo.infer.mcmc_export import convergence_summary
+from zoo.infer.mcmc_gibbs import conditional_sites
 from zoo.infer.mcmc_result import NUTSResult, PosteriorDrawsGuide
 
 __all__ = ["NUTSConfig", "INIT_STRATEGIES", "fit_nuts", "check_nuts_model", "NUTSResult"]
@@ -83,6 +92,10 @@ class NUTSConfig(Config):
     ``full_mass``: adapt a dense mass matrix during warm-up (Pyro's ``full_mass=True``) instead of a diagonal
     one — for small networks whose posterior is strongly correlated (a few dozen parameters: its cost is
     quadratic in their number) it replaces long trajectories at tiny step sizes;
+    ``gibbs``: NUTS within Gibbs (:mod:`zoo.infer.mcmc_gibbs`): NUTS transitions of the weights alternate
+    with exact draws of the prior's scales from their full conditionals, the prior sampled in its
+    hierarchical, centered form (``hierarchical`` is then taken as ``True``; ``centered=False`` and
+    ``jit_compile=True`` are refused) — for priors that provide the conditionals (the horseshoe's);
     ``metadata``: plain data recorded in ``result.config`` (e.g. the target standardization
     ``y_mean``/``y_std`` that ``predict`` undoes).
     """
@@ -101,6 +114,7 @@ class NUTSConfig(Config):
     hierarchical: bool = False
     centered: bool | None = None
     full_mass: bool = False
+    gibbs: bool = False
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -115,8 +129,14 @@ class NUTSConfig(Config):
         check_probability("target_accept", self.target_accept)
         check_positive_int("max_tree_depth", self.max_tree_depth)
         check_positive_int("seed", self.seed, allow_zero=True)
-        for name in ("jit_compile", "progress", "hierarchical", "full_mass"):
+        for name in ("jit_compile", "progress", "hierarchical", "full_mass", "gibbs"):
             check_bool(name, getattr(self, name))
+        if self.gibbs and (self.jit_compile or self.centered is False):
+            raise ValueError(
+                "gibbs=True needs jit_compile=False (the NUTS block's target changes with the scales) and "
+                f"the centered form (centered None or True), got jit_compile={self.jit_compile}, "
+                f"centered={self.centered}"
+            )
         check_optional("parallel", self.parallel, check_bool)
         check_optional("centered", self.centered, check_bool)
         check_optional("threads", self.threads, check_positive_int)
@@ -303,8 +323,10 @@ def fit_nuts(
     x, y, meta = _training_data(data, spec)
     x, y = _check_xy(model, x, y)
     model.to(device="cpu", dtype=x.dtype)  # float64 data: the model's buffers follow (as its device does)
-    forms = {"hierarchical": _set_form(model, "hierarchical", cfg.hierarchical)}
-    forms["centered"] = _set_form(model, "centered", cfg.centered)
+    forms = {"hierarchical": _set_form(model, "hierarchical", True if cfg.gibbs else cfg.hierarchical)}
+    forms["centered"] = _set_form(model, "centered", True if cfg.gibbs else cfg.centered)
+    if cfg.gibbs:
+        conditional_sites(model)  # a prior without exact conditionals: ValueError before any sampling
     check_nuts_model(model, x, y, _model_name(model, spec))
     t0 = time.perf_counter()
     chains = run_chains(model, x, y, cfg)

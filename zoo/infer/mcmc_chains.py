@@ -28,7 +28,15 @@ from pyro.infer.autoguide import initialization as init
 from torch import Tensor
 from tqdm import tqdm  # plain text bar: no ipywidgets needed, no widget warning in notebooks
 
-__all__ = ["INIT_STRATEGIES", "chain_seed", "default_workers", "make_kernel", "run_chain", "run_chains"]
+__all__ = [
+    "INIT_STRATEGIES",
+    "chain_seed",
+    "default_workers",
+    "kernel_settings",
+    "make_kernel",
+    "run_chain",
+    "run_chains",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,19 +79,23 @@ def default_workers(chains: int, parallel: bool | None) -> int:
     return min(chains, max(cores, 2))
 
 
+def kernel_settings(cfg: Any) -> dict[str, Any]:
+    """The keyword arguments of Pyro's ``NUTS`` for a :class:`~zoo.infer.mcmc.NUTSConfig` (diagonal or,
+    with ``full_mass``, dense mass matrix and step size adapted during warm-up)."""
+    return {
+        "target_accept_prob": cfg.target_accept,
+        "max_tree_depth": cfg.max_tree_depth,
+        "jit_compile": cfg.jit_compile,
+        "ignore_jit_warnings": True,
+        "max_plate_nesting": 1,
+        "init_strategy": INIT_STRATEGIES[cfg.init],
+        "full_mass": bool(getattr(cfg, "full_mass", False)),
+    }
+
+
 def make_kernel(model: torch.nn.Module, cfg: Any) -> NUTS:
-    """Pyro's NUTS kernel on ``model`` with the settings of a :class:`~zoo.infer.mcmc.NUTSConfig`
-    (diagonal or, with ``full_mass``, dense mass matrix and step size adapted during warm-up)."""
-    return NUTS(
-        model,
-        target_accept_prob=cfg.target_accept,
-        max_tree_depth=cfg.max_tree_depth,
-        jit_compile=cfg.jit_compile,
-        ignore_jit_warnings=True,
-        max_plate_nesting=1,
-        init_strategy=INIT_STRATEGIES[cfg.init],
-        full_mass=bool(getattr(cfg, "full_mass", False)),
-    )
+    """Pyro's NUTS kernel on ``model`` with the settings of a :class:`~zoo.infer.mcmc.NUTSConfig`."""
+    return NUTS(model, **kernel_settings(cfg))
 
 
 class _Hook:
@@ -128,6 +140,8 @@ def run_chain(
     seed = chain_seed(cfg.seed, chain)
     pyro.set_rng_seed(seed)
     hook = _Hook(cfg.samples)
+    if getattr(cfg, "gibbs", False):
+        return _gibbs_chain(model, x, y, cfg, seed, hook, show_bar)
     kernel = make_kernel(model, cfg)
     mcmc = MCMC(
         kernel, num_samples=cfg.samples, warmup_steps=cfg.warmup, hook_fn=hook, disable_progbar=not show_bar
@@ -144,6 +158,39 @@ def run_chain(
         "lp": torch.tensor(hook.lp, dtype=torch.float64),
         **hook.final,
         "num_divergences": len(hook.final["divergences"]),
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+        "seed": seed,
+    }
+
+
+def _gibbs_chain(
+    model: torch.nn.Module, x: Tensor, y: Tensor, cfg: Any, seed: int, hook: _Hook, show_bar: bool
+) -> dict:
+    """A NUTS-within-Gibbs chain (:mod:`zoo.infer.mcmc_gibbs`), with the fields of :func:`run_chain`."""
+    from zoo.infer.mcmc_gibbs import run_gibbs_chain
+
+    bar = tqdm(total=cfg.warmup + cfg.samples, desc="NUTS within Gibbs", leave=False) if show_bar else None
+
+    def tick() -> None:
+        if bar is not None:
+            bar.update(1)
+        if _PROGRESS is not None:
+            hook.pending += 1
+            if hook.pending >= _REPORT_EVERY:
+                hook.flush()
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        with pyro.get_param_store().scope():
+            out = run_gibbs_chain(model, x, y, cfg, kernel_settings(cfg), tick)
+    finally:
+        if bar is not None:
+            bar.close()
+    hook.flush()
+    return {
+        **out,
+        "num_divergences": len(out["divergences"]),
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - c0,
         "seed": seed,

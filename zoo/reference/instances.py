@@ -22,7 +22,11 @@ bulk ESS 268, 13 divergences in 10 000 draws, while f, σ and the unit norms mix
 centered (``SamplerSettings.centered``: the same posterior) or with the layer scale ``b_g = 1`` its chains
 disagree (R-hat 1.5 on f), and so do the collapsed CM prior's on the yacht network (``cm-yacht-tanh``).
 The N-GIG prior on the cubic toy's tanh network (``ngig-cubic-tanh``, sampled with its local scales
-integrated out) runs free of divergences but does not mix (R-hat 1.02 on f, 1.22 on the unit norms).  The
+integrated out) runs free of divergences but does not mix (R-hat 1.02 on f, 1.22 on the unit norms).
+NUTS within Gibbs (``SamplerSettings.gibbs``; :mod:`zoo.infer.mcmc_gibbs`) gives the horseshoe its first
+stored reference, ``hs-cubic-tanh-gibbs``: ``hs-cubic-tanh``'s posterior with the scales drawn exactly from
+their inverse-gamma conditionals between NUTS transitions of the weights passes the gate with 4 x 700
+draws (R-hat <= 1.006, bulk ESS >= 658, no divergence; 58 minutes on two cores).  The
 subsampling is part of the instance, so a guide scored against it is fitted on exactly the same rows
 (:meth:`ReferenceInstance.dataset`).
 
@@ -232,7 +236,10 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # full run at .99 with 4 x (500 + 1000) (2800 s) passed on f, sigma and the unit norms but not on
         # kappa (R-hat 1.019, bulk ESS 212) and had one divergence; at .995 with 4 x (500 + 2500) (3888 s, two
         # chain processes) f, sigma and the norms are far inside the gate (R-hat <= 1.0015, bulk ESS >= 1823)
-        # but kappa is not (R-hat 1.013, bulk ESS 268) and there were 13 divergences (attempts.json)
+        # but kappa is not (R-hat 1.013, bulk ESS 268) and there were 13 divergences (attempts.json).
+        # One-chain pilots (300 + 600) did no better: at .999 the step size fell to 0.001 (bulk ESS of
+        # kappa 3, 597 s); the regularized horseshoe on the same two units at .995 had 15 divergences (bulk
+        # ESS of f 2, 645 s)
         _hs_tanh(
             "hs-cubic-tanh",
             _CUBIC,
@@ -262,6 +269,20 @@ INSTANCES: dict[str, ReferenceInstance] = {
             samples=1500,
             options={"bg": 1.0},
         ),
+        # NUTS within Gibbs (zoo.infer.mcmc_gibbs): hs-cubic-tanh's posterior, the scales drawn exactly from
+        # their inverse-gamma conditionals between NUTS transitions of the weights.  Two one-chain pilots
+        # (300 + 600 at .95, diagonal mass, 830 s each) had no divergence and bulk ESS 390-560 of kappa,
+        # 280-610 of f per 600 draws, against 67 of kappa per 2500 draws and chain for NUTS alone
+        _hs_tanh(
+            "hs-cubic-tanh-gibbs",
+            _CUBIC,
+            "hidden 2, tanh units, NUTS within Gibbs; 50 of 400 test rows",
+            target_accept=0.95,
+            full_mass=False,
+            jit_compile=False,
+            gibbs=True,
+            samples=700,
+        ),
         _nuts(
             "ngig-bowtie",
             "ngig-bnn",
@@ -278,12 +299,17 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # where the Gaussian prior on the same network passes at .95.  One-chain pilots (300 + 300) mixed no
         # better hierarchically (psi sampled), with a dense mass matrix, with the layer scales non-centered
         # (W = sqrt(tau) V), or on the bow-tie toy (bulk ESS of the unit norms 2-29 in every case)
+        # NUTS within Gibbs (the psi and tau conditionals of zoo.families.bowtie.gibbs; one-chain pilot,
+        # 300 + 600 at .95, 1504 CPU s): no divergence, bulk ESS of f 156 but of the unit norms only 21 per
+        # 600 draws, so four chains passing the gate would take about six CPU hours; not run
         _tanh_net("ngig-cubic-tanh", "ngig-bnn", _CUBIC, "50 of 400 test rows", {}, 0.99),
         # the paper's horseshoe where the data need every unit: two tanh units on the bow-tie toy (10 sin x1
         # against noise sd 0.7), sampled centered — the form that suits scales the data pin down. A one-chain
         # pilot (300 + 300) ran at step size 0.010 with no divergence (293 s); the full 4 x (500 + 1000) at
         # .99 (2366 s) did not: step sizes 0.0004-0.019 and 0/16/18/117 divergences, R-hat 1.31 on f and 2.0
-        # on kappa — the chains disagree on how the two units share the layer's scale (attempts.json)
+        # on kappa — the chains disagree on how the two units share the layer's scale (attempts.json).
+        # Non-centered, two one-chain pilots (300 + 600 at .99, 570 s each) had no divergence but bulk ESS 3
+        # of kappa and 4-6 of the unit norms per 600 draws: a reference would take about 100 times longer
         _hs_tanh(
             "hs-bowtie-tanh",
             _BOWTIE,

@@ -73,6 +73,7 @@ class SamplerSettings(Config):
     full_mass: bool = False
     hierarchical: bool = False
     centered: bool | None = None
+    gibbs: bool = False
 
     def validate(self) -> None:
         if check_positive_int("chains", self.chains) < 4:
@@ -84,6 +85,7 @@ class SamplerSettings(Config):
         check_probability("target_accept", self.target_accept)
         check_positive_int("max_tree_depth", self.max_tree_depth)
         check_optional("centered", self.centered, check_bool)
+        check_bool("gibbs", self.gibbs)
 
     def nuts_config(self, seed: int, progress: bool = False, parallel: bool | None = False):
         """The :class:`zoo.infer.mcmc.NUTSConfig` of these settings."""

@@ -33,7 +33,7 @@ from pyro.nn import PyroModule
 from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
-from zoo.core.prior import Prior
+from zoo.core.prior import ExactScaleConditionals, Prior
 from zoo.core.validation import check_positive
 from zoo.distributions import GeneralizedInverseGaussian
 from zoo.distributions.gig_moments import inverse_gamma_log_normalizer
@@ -100,7 +100,7 @@ def gig_mean(nu: Tensor, delta: Tensor, lam: Tensor) -> Tensor:
     return GeneralizedInverseGaussian(nu, delta, lam).mean
 
 
-class NGIGPrior(Prior):
+class NGIGPrior(ExactScaleConditionals, Prior):
     """N-GIG global–local shrinkage prior, Eqs. (5)–(7), with App. D.1 architecture scaling.
 
     Args:
@@ -122,6 +122,8 @@ class NGIGPrior(Prior):
     0.003-0.012 with bulk ESS of the unit norms 2-29 in 300 draws.  For a GIG with ``lam_loc > 0`` the
     marginal is not in closed form and ``hierarchical`` is ``None`` (no choice).
     """
+
+    conditionals_module = "zoo.families.bowtie.gibbs"
 
     def __init__(
         self,

@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
-from zoo.core.prior import Prior
+from zoo.core.prior import ExactScaleConditionals, Prior
 from zoo.core.validation import check_positive
 
 __all__ = ["HSLayer", "group_layers", "HorseshoePrior", "regularized_variance"]
@@ -131,8 +131,10 @@ def regularized_variance(tau2: Tensor, v2: Tensor, c2: Tensor | None) -> Tensor:
     return c2 * s / (c2 + s)
 
 
-class HorseshoePrior(Prior):
+class HorseshoePrior(ExactScaleConditionals, Prior):
     """Node-wise horseshoe / regularized horseshoe prior (see the module docstring)."""
+
+    conditionals_module = "zoo.families.horseshoe.gibbs"
 
     def __init__(
         self,
