@@ -57,11 +57,9 @@ def run_gibbs_chain(
         raise ValueError("jit_compile must be False with gibbs=True (the NUTS block's target changes)")
     prior = model.prior
     names = conditional_sites(model)
-    scales = {n: torch.ones((), dtype=x.dtype) for n in names}
     with torch.no_grad():  # shapes from one prior trace
         trace = poutine.trace(poutine.block(model, hide=["obs"])).get_trace(x, y)
-    for n in names:
-        scales[n] = torch.ones_like(trace.nodes[n]["value"])
+    scales = {n: torch.ones_like(trace.nodes[n]["value"]) for n in names}
     kernel = NUTS(poutine.condition(model, data=scales), **kernel_kwargs)
     kernel.setup(cfg.warmup, x, y)
     params = kernel.initial_params
