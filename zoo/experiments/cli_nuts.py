@@ -60,7 +60,7 @@ def add_nuts_arguments(f: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--gibbs",
         action="store_true",
-        help="NUTS within Gibbs: draw the scales of a horseshoe or N-GIG prior exactly from their "
+        help="NUTS within Gibbs: draw the scales of a horseshoe, N-GIG or collapsed prior exactly from their "
         "conditionals between NUTS transitions of the weights (centered, hierarchical form; no JIT)",
     )
 

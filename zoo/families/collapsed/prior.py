@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
-from zoo.core.prior import Prior
+from zoo.core.prior import ExactScaleConditionals, Prior
 from zoo.core.validation import check_positive, check_probability
 
 __all__ = [
@@ -211,7 +211,7 @@ def optimal_delta(
 # --------------------------------------------------------------------------------------------------
 
 
-class CollapsedPrior(Prior):
+class CollapsedPrior(ExactScaleConditionals, Prior):
     """Per-weight CM / CV / CMV hierarchical prior (Tomczak et al. 2021, App. B; module docstring).
 
     :param kind: ``"cm"``, ``"cv"`` or ``"cmv"``.
@@ -229,7 +229,12 @@ class CollapsedPrior(Prior):
     :param hierarchical: emit the hyper-latent sites ``"<spec>_mu_p"`` / ``"<spec>_tau_p"``
         (:func:`hyper_site`) before each parameter (True), or only the parameters under their exact marginal
         prior (False).  Both forms build; the collapsed-bound guides set the form they need.
+
+    The hyper-latents have exact full conditionals given the weights (:mod:`zoo.families.collapsed.gibbs`),
+    drawn between NUTS transitions by :func:`zoo.infer.mcmc.fit_nuts` with ``gibbs=True``.
     """
+
+    conditionals_module = "zoo.families.collapsed.gibbs"
 
     def __init__(
         self,

@@ -18,9 +18,15 @@ and for the output layer, whose ``K F`` entries share one scale::
     p.kappa2 | w, rho ~ IG(1/2 + KF/2, 1/rho + |w|^2 / 2),    p.rho | kappa2 ~ IG(1, 1/kappa2 + 1/b_kappa^2).
 
 The draws are made in that order, each given the newest value of the others (one systematic-scan Gibbs
-sweep), so the block leaves the joint posterior invariant.  The regularized horseshoe (Eq. 2) has no
-conjugate conditional for its slab ``c^2`` (it enters through ``c^2 tau^2 / (c^2 + tau^2 v^2)``) and is
-not supported here.
+sweep), so the block leaves the joint posterior invariant.
+
+The **regularized** horseshoe (Eq. 2) replaces each row's variance ``tau2_k v2`` by
+``1 / (1/(tau2_k v2) + 1/c2)`` with one slab ``hs.c2 ~ IG(c_a, c_b)`` shared by every hidden layer, so
+``tau2_k``, ``v2`` and ``c2`` lose their conjugate conditionals (each row contributes
+``(F/2) log(1/(tau2_k v2) + 1/c2) - |w_k|^2 (1/(tau2_k v2) + 1/c2) / 2`` to all three).  They are drawn by
+exact univariate slice sampling on their logarithms (:func:`zoo.infer.slice.slice_step`; the unit scales
+of a layer are independent given ``v2`` and ``c2`` and move at once), in the same order, with ``c2``
+last; the auxiliaries ``lam``, ``theta``, ``kappa2`` and ``rho`` keep their inverse-gamma conditionals.
 """
 
 from __future__ import annotations
@@ -33,18 +39,18 @@ from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
 from zoo.families.horseshoe.prior import HorseshoePrior, group_layers
+from zoo.infer.slice import slice_step
 
-__all__ = ["scale_sites", "draw_scales"]
+__all__ = ["SLAB", "scale_sites", "draw_scales", "row_log_likelihood"]
+
+
+#: the site of the regularized horseshoe's slab (``HorseshoePrior.sample_params``)
+SLAB = "hs.c2"
 
 
 def _check(prior: HorseshoePrior) -> None:
     if not isinstance(prior, HorseshoePrior):
         raise TypeError(f"prior must be a HorseshoePrior, got {type(prior).__name__}")
-    if prior.regularized:
-        raise ValueError(
-            "prior: the regularized horseshoe's slab c^2 has no conjugate full conditional; sample it with "
-            "plain NUTS (gibbs=False)"
-        )
 
 
 def scale_sites(prior: HorseshoePrior, specs: Sequence[ParamSpec]) -> list[str]:
@@ -55,7 +61,24 @@ def scale_sites(prior: HorseshoePrior, specs: Sequence[ParamSpec]) -> list[str]:
         p = layer.prefix
         names = ("kappa2", "rho") if layer.output else ("tau2", "lam", "v2", "theta")
         out += [f"{p}.{n}" for n in names]
-    return out
+    return out + [SLAB] if prior.regularized else out
+
+
+def row_log_likelihood(ss: Tensor, fan: int, log_s: Tensor, log_c2: Tensor | None) -> Tensor:
+    """``log N(w_k; 0, var_k I)`` up to a constant, from ``ss = |w_k|^2`` and ``log s = log(tau2_k v2)``:
+    ``(F/2) log(1/var_k) - ss / (2 var_k)`` with ``1/var_k = 1/s + 1/c2`` (regularized, Eq. 2) or ``1/s``."""
+    log_prec = -log_s if log_c2 is None else torch.logaddexp(-log_s, -log_c2)
+    return 0.5 * fan * log_prec - 0.5 * ss * log_prec.exp()
+
+
+def _log_ig(log_x: Tensor, shape: float | Tensor, rate: Tensor | float) -> Tensor:
+    """``log IG(x; shape, rate)`` of ``x = exp(log_x)`` plus the Jacobian ``log_x``, up to a constant."""
+    return -shape * log_x - rate * torch.exp(-log_x)
+
+
+def _slice_log(log_density, x: Tensor) -> Tensor:
+    """A slice-sampling update of ``x > 0`` on ``log x`` (``log_density`` takes ``log x``)."""
+    return slice_step(log_density, x.log()).exp()
 
 
 def _ig(shape: Tensor | float, rate: Tensor) -> Tensor:
@@ -70,7 +93,9 @@ def draw_scales(
     dimensions (independent chains) broadcast: rows ``(..., K, F)``, unit scales ``(..., K)``, layer and
     output scales ``(...)``."""
     _check(prior)
+    log_c2 = values[SLAB].log() if prior.regularized else None
     out: dict[str, Tensor] = {}
+    rows: list[tuple[Tensor, int, Tensor, Tensor]] = []  # (|w_k|^2, F, tau2, v2) of each hidden layer
     for layer in group_layers(specs):
         p, k, f = layer.prefix, layer.units, layer.fan
         w = values[f"{p}.w"]
@@ -81,11 +106,52 @@ def draw_scales(
             out[f"{p}.kappa2"] = kappa2
             out[f"{p}.rho"] = _ig(1.0, 1.0 / kappa2 + prior.b_kappa**-2)
             continue
-        ss = w.square().sum(-1)  # |w_k|^2, shape (K,)
-        tau2 = _ig(0.5 + f / 2, 1.0 / values[f"{p}.lam"] + ss / (2 * values[f"{p}.v2"][..., None]))
+        ss = w.square().sum(-1)  # |w_k|^2, shape (..., K)
+        tau2 = _unit_scales(ss, f, values[f"{p}.lam"], values[f"{p}.v2"], log_c2, values[f"{p}.tau2"])
         out[f"{p}.tau2"] = tau2
         out[f"{p}.lam"] = _ig(1.0, 1.0 / tau2 + prior.b0**-2)
-        v2 = _ig(0.5 + k * f / 2, 1.0 / values[f"{p}.theta"] + (ss / tau2).sum(-1) / 2)
+        v2 = _layer_scale(ss, f, tau2, values[f"{p}.theta"], log_c2, values[f"{p}.v2"])
         out[f"{p}.v2"] = v2
         out[f"{p}.theta"] = _ig(1.0, 1.0 / v2 + prior.bg**-2)
+        rows.append((ss, f, tau2, v2))
+    if log_c2 is not None:
+        out[SLAB] = _slice_log(lambda u: _slab_log_density(prior, rows, u), values[SLAB])
     return out
+
+
+def _unit_scales(
+    ss: Tensor, f: int, lam: Tensor, v2: Tensor, log_c2: Tensor | None, current: Tensor
+) -> Tensor:
+    """``tau2_k | w_k, lam_k, v2 (, c2)``: inverse-gamma, or a slice step on ``log tau2`` (regularized)."""
+    if log_c2 is None:
+        return _ig(0.5 + f / 2, 1.0 / lam + ss / (2 * v2[..., None]))
+    log_v2, lc2 = v2.log()[..., None], log_c2[..., None]
+    return _slice_log(
+        lambda u: row_log_likelihood(ss, f, u + log_v2, lc2) + _log_ig(u, 0.5, 1.0 / lam), current
+    )
+
+
+def _layer_scale(
+    ss: Tensor, f: int, tau2: Tensor, theta: Tensor, log_c2: Tensor | None, current: Tensor
+) -> Tensor:
+    """``v2 | w, tau2, theta (, c2)``: inverse-gamma, or a slice step on ``log v2`` (regularized)."""
+    if log_c2 is None:
+        return _ig(0.5 + ss.shape[-1] * f / 2, 1.0 / theta + (ss / tau2).sum(-1) / 2)
+    log_tau2, lc2 = tau2.log(), log_c2[..., None]
+
+    def log_density(u: Tensor) -> Tensor:
+        return row_log_likelihood(ss, f, log_tau2 + u[..., None], lc2).sum(-1) + _log_ig(u, 0.5, 1.0 / theta)
+
+    return _slice_log(log_density, current)
+
+
+def _slab_log_density(
+    prior: HorseshoePrior, rows: list[tuple[Tensor, int, Tensor, Tensor]], u: Tensor
+) -> Tensor:
+    """Log full conditional of ``log c2`` (Jacobian included): the ``IG(c_a, c_b)`` prior and every hidden
+    row's likelihood."""
+    total = _log_ig(u, prior.c_a, prior.c_b)
+    for ss, f, tau2, v2 in rows:
+        log_s = tau2.log() + v2.log()[..., None]
+        total = total + row_log_likelihood(ss, f, log_s, u[..., None]).sum(-1)
+    return total
