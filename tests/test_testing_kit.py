@@ -160,6 +160,14 @@ class BareParam(ToyPrior):
         return super().layer_scale(layer) * learned.to(self.spread)
 
 
+class InflatedUnitScales(HorseshoePrior):
+    """A Gibbs block whose unit-scale draws are twice their exact conditional's."""
+
+    def draw_conditionals(self, specs, values):
+        out = super().draw_conditionals(specs, values)
+        return {**out, "fc0.tau2": 2.0 * out["fc0.tau2"]}
+
+
 BROKEN_PRIORS = [
     ("runs", RaisesOnBias, "no bias prior"),
     ("param-values", DropsAValue, "fc1.bias"),
@@ -174,6 +182,7 @@ BROKEN_PRIORS = [
     ("buffers", PlainTensorAttribute, r"plain tensor attribute.*weight_scale"),
     ("buffers", PythonFloatSite, r"'fc0\.scale' is torch\.float32"),
     ("param-store", BareParam, r"added \['fc0\.learned_scale'"),
+    ("conditionals", InflatedUnitScales, r"fc0\.tau2.*no longer follow the prior"),
 ]
 
 

@@ -34,9 +34,10 @@ each iteration, one NUTS transition of the weights given the prior's scales, the
 scales from their full conditionals.  It is for priors that provide those conditionals (the horseshoe,
 plain and regularized — the latter's by slice sampling: :mod:`zoo.families.horseshoe.gibbs`; the N-GIG
 prior: :mod:`zoo.families.bowtie.gibbs`; the collapsed priors' hyper-latents:
-:mod:`zoo.families.collapsed.gibbs`), whose heavy-tailed scales NUTS alone explores slowly: on two tanh units on the cubic toy NUTS alone reached a bulk ESS of 268
-for the horseshoe's shrinkage factors in 4 x 2500 draws, with 13 divergences; within Gibbs, 4 x 700 draws
-reach 2473 with none (the reference ``hs-cubic-tanh-gibbs``).
+:mod:`zoo.families.collapsed.gibbs`), whose heavy-tailed scales NUTS alone explores slowly: on two tanh
+units on the cubic toy NUTS alone reached a bulk ESS of 268 for the horseshoe's shrinkage factors in
+4 x 2500 draws, with 13 divergences; within Gibbs, 4 x 700 draws reach 2473 with none (the reference
+``hs-cubic-tanh-gibbs``).
 """
 
 from __future__ import annotations

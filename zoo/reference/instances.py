@@ -357,7 +357,11 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # the collapsed priors (Tomczak et al. 2021, Table 4 defaults) on gauss-yacht-tanh's network and rows:
         # cm-yacht-tanh at .99 (1731 s): no divergence, but the chains sit in different predictive modes
         # (R-hat 1.74 on f, 1.61 on sigma), as cm-221's did; cmv-yacht-tanh likewise (1696 s, no divergence,
-        # R-hat 2.49 on f; attempts.json)
+        # R-hat 2.49 on f; attempts.json).  NUTS within Gibbs (the hyper-latents drawn from their exact
+        # conditionals, zoo.families.collapsed.gibbs) did not help cmv-yacht-tanh: 4 x (150 + 200) at .95,
+        # 2938 s with another run on the same cores, step sizes 0.005-0.013, 26 divergences, R-hat 2.02 on f
+        # and 2.75 on the unit norms (bulk ESS 5-6): the chains' predictive modes, not the scales, are what
+        # NUTS cannot cross here
         _tanh_net("cm-yacht-tanh", "cm-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
         _tanh_net("cmv-yacht-tanh", "cmv-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
         _nuts("cmv-yacht", "cmv-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),

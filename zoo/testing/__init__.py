@@ -29,7 +29,8 @@ Sizes and tolerances (data rows, particles, fit steps, Monte Carlo draws, the st
 closed-form ELBO, the device) are a :class:`KitConfig`, or keywords: ``check_guide(G, m, steps=10)``.
 
 * :func:`check_prior` — ``param-values``, ``param-sites``, ``event-dims``, ``site-names``, ``particles``,
-  ``buffers``, ``param-store`` (and ``runs``);
+  ``buffers``, ``param-store`` (and ``runs``), and ``conditionals`` for a prior with exact scale
+  conditionals (NUTS within Gibbs; also alone, :func:`check_conditionals`);
 * :func:`check_guide` — ``guide-build``, ``fit``, ``coverage``, ``elbo-finite``, ``closed-form-elbo``,
   ``predict-pure``, ``checkpoint``, ``arviz``, ``guide-dtype``, ``param-store``;
 * :func:`check_entry` — ``entry``, then every prior contract of the model it builds and every guide contract.
@@ -38,9 +39,10 @@ closed-form ELBO, the device) are a :class:`KitConfig`, or keywords: ``check_gui
 from __future__ import annotations
 
 from zoo.testing._util import CONTRACTS
+from zoo.testing.conditionals import check_conditionals
 from zoo.testing.config import KitConfig
 from zoo.testing.entry import check_entry
 from zoo.testing.guide import check_guide
 from zoo.testing.prior import check_prior
 
-__all__ = ["check_prior", "check_guide", "check_entry", "KitConfig", "CONTRACTS"]
+__all__ = ["check_prior", "check_conditionals", "check_guide", "check_entry", "KitConfig", "CONTRACTS"]

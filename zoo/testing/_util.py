@@ -39,6 +39,8 @@ CONTRACTS: dict[str, str] = {
     "to 'fc0.weight')",
     "buffers": "hyperparameters are buffers: after .to(float64) (and the device) every sampled value and "
     "parameter is float64 (on the device), and no module holds a plain tensor attribute",
+    "conditionals": "a prior with exact scale conditionals (conditional_sites / draw_conditionals) keeps its "
+    "own joint prior invariant: Geweke's successive-conditional draws match independent prior draws",
     "param-store": "Pyro's global parameter store holds the same keys before and after building and running",
     "guide-build": "the guide factory builds a callable guide on the model",
     "coverage": "the guide's sample sites (auxiliary ones aside) are exactly the model's latent sites",

@@ -27,6 +27,9 @@ class KitConfig(Config):
         time.
     :param tolerance_se: the closed-form ELBO must lie within this many standard errors of the Monte Carlo
         mean (the standard error is the draws' standard deviation over ``sqrt(mc_particles)``).
+    :param gibbs_chains: independent chains of the ``conditionals`` contract (Geweke's successive-conditional
+        test of a prior's exact scale conditionals), run ``gibbs_sweeps`` sweeps each; its two-sample KS
+        tests reject at ``gibbs_level`` (Bonferroni-corrected over the compared statistics).
     :param seed: seeds every random stream of a check (the caller's streams are restored afterwards).
     :param device: where to run (``None``: ``ZOO_DEVICE`` or the CPU).
     """
@@ -39,6 +42,9 @@ class KitConfig(Config):
     mc_particles: int = 2000
     mc_chunk: int = 500
     tolerance_se: float = 5.0
+    gibbs_chains: int = 2000
+    gibbs_sweeps: int = 8
+    gibbs_level: float = 1e-3
     seed: int = 0
     device: str | None = None
 
@@ -48,7 +54,7 @@ class KitConfig(Config):
         super().__post_init__()
 
     def validate(self) -> None:
-        for name in ("n_data", "steps", "draws", "mc_particles", "mc_chunk"):
+        for name in ("n_data", "steps", "draws", "mc_particles", "mc_chunk", "gibbs_chains", "gibbs_sweeps"):
             check_positive_int(name, getattr(self, name))
         check_positive_int("particles", self.particles)
         if self.particles < 2:
@@ -59,6 +65,8 @@ class KitConfig(Config):
             raise ValueError(f"n_data must be >= 4, got {self.n_data}")
         check_positive("lr", self.lr)
         check_positive("tolerance_se", self.tolerance_se)
+        if not 0 < self.gibbs_level < 1:
+            raise ValueError(f"gibbs_level must be in (0, 1), got {self.gibbs_level!r}")
         check_positive_int("seed", self.seed, allow_zero=True)
         check_device_name("device", self.device)
 

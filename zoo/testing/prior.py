@@ -33,6 +33,7 @@ from zoo.testing._util import (
     make_data,
     reference_tensor,
 )
+from zoo.testing.conditionals import conditional_contracts, has_conditionals
 from zoo.testing.config import KitConfig, kit_config
 
 __all__ = ["check_prior", "prior_contracts", "model_particles", "DERIVED_DRAWS"]
@@ -69,6 +70,8 @@ def check_prior(
         with contract("runs", f"copying {type(prior).__name__} and moving it to {dev}"):
             prior = copy.deepcopy(prior).to(dev)
         prior_contracts(prior, arch.param_specs(), cfg)
+        if has_conditionals(prior):
+            conditional_contracts(copy.deepcopy(prior), arch.param_specs(), cfg)
         with contract("runs", "composing the prior into a BayesianModel"):
             model = BayesianModel(arch, prior, likelihood).to(dev)
         model_particles(model, cfg)
