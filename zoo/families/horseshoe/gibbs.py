@@ -95,7 +95,7 @@ def draw_scales(
     _check(prior)
     log_c2 = values[SLAB].log() if prior.regularized else None
     out: dict[str, Tensor] = {}
-    rows: list[tuple[Tensor, int, Tensor, Tensor]] = []  # (|w_k|^2, F, tau2, v2) of each hidden layer
+    rows: list[tuple[Tensor, int, Tensor]] = []  # (|w_k|^2, F, log(tau2_k v2)) of each hidden layer
     for layer in group_layers(specs):
         p, k, f = layer.prefix, layer.units, layer.fan
         w = values[f"{p}.w"]
@@ -113,7 +113,7 @@ def draw_scales(
         v2 = _layer_scale(ss, f, tau2, values[f"{p}.theta"], log_c2, values[f"{p}.v2"])
         out[f"{p}.v2"] = v2
         out[f"{p}.theta"] = _ig(1.0, 1.0 / v2 + prior.bg**-2)
-        rows.append((ss, f, tau2, v2))
+        rows.append((ss, f, tau2.log() + v2.log()[..., None]))
     if log_c2 is not None:
         out[SLAB] = _slice_log(lambda u: _slab_log_density(prior, rows, u), values[SLAB])
     return out
@@ -145,13 +145,10 @@ def _layer_scale(
     return _slice_log(log_density, current)
 
 
-def _slab_log_density(
-    prior: HorseshoePrior, rows: list[tuple[Tensor, int, Tensor, Tensor]], u: Tensor
-) -> Tensor:
+def _slab_log_density(prior: HorseshoePrior, rows: list[tuple[Tensor, int, Tensor]], u: Tensor) -> Tensor:
     """Log full conditional of ``log c2`` (Jacobian included): the ``IG(c_a, c_b)`` prior and every hidden
     row's likelihood."""
     total = _log_ig(u, prior.c_a, prior.c_b)
-    for ss, f, tau2, v2 in rows:
-        log_s = tau2.log() + v2.log()[..., None]
+    for ss, f, log_s in rows:
         total = total + row_log_likelihood(ss, f, log_s, u[..., None]).sum(-1)
     return total
