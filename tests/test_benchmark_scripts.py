@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -155,3 +156,27 @@ def test_calibration_target_table_marks_what_is_outside(benchmark_script):
     assert lines[4] == "| m | **0.984** (10) | 0.920 (5) | **0.919** (5) | 1/3 |"
     assert lines[5] == "| n | – | 0.980 (5) | – | 1/1 |"
     assert mod.target_table([entry("m+x", "yacht", 0.95)]) == []
+
+
+def test_reference_pilot_ess_summary(benchmark_script):
+    """The pilot's ESS: about n for independent draws, about n (1 - rho) / (1 + rho) for an AR(1) chain."""
+    mod = benchmark_script("reference_pilot")
+    rng = np.random.default_rng(0)
+    n, rho = 4000, 0.9
+    ar = np.zeros((n, 2))
+    for t in range(1, n):
+        ar[t] = rho * ar[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(2)
+    got = mod.ess_summary({"iid": rng.standard_normal((n, 3)), "ar": ar})
+    assert got["iid"][0] > 0.8 * n
+    assert 0.5 < got["ar"][0] / (n * (1 - rho) / (1 + rho)) < 1.6 and got["ar"][0] <= got["ar"][1]
+    with pytest.raises(ValueError, match="at least 4"):
+        mod.ess_summary({"f": np.zeros((3, 2))})
+
+
+def test_reference_pilot_runs_one_chain(benchmark_script, capsys):
+    mod = benchmark_script("reference_pilot")
+    assert mod.main(["gauss-221", "--warmup", "10", "--samples", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "bulk ESS min" in out and "divergences" in out and "of 12" in out
+    with pytest.raises(SystemExit):
+        mod.main(["ss-diabetes"])  # an exact instance: nothing to pilot

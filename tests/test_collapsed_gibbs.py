@@ -143,7 +143,14 @@ def test_fit_nuts_gibbs_end_to_end(kind):
     x = torch.linspace(-1, 1, 30)[:, None]
     y = torch.tanh(2 * x[:, 0]) + 0.1 * torch.randn(30, generator=g)
     cfg = NUTSConfig(
-        chains=1, warmup=10, samples=8, jit_compile=False, gibbs=True, parallel=False, progress=False
+        chains=1,
+        warmup=10,
+        samples=8,
+        jit_compile=False,
+        gibbs=True,
+        parallel=False,
+        progress=False,
+        max_tree_depth=5,
     )
     result = fit_nuts(model, (x, y), cfg, spec=spec)
     mu = result.samples["fc0.weight_mu_p"]

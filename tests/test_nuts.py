@@ -396,6 +396,10 @@ def test_cli_fit_nuts_end_to_end(data_dir, tmp_path, capsys) -> None:
         (["--hierarchical"], "--hierarchical"),
         (["--centered"], "--centered"),
         (["--gibbs"], "--gibbs"),
+        (["--interweave"], "--interweave"),
+        (["--inference", "nuts", "--interweave"], "--interweave"),
+        (["--non-centered"], "--non-centered"),
+        (["--inference", "nuts", "--centered", "--non-centered"], "--non-centered"),
     ],
 )
 def test_cli_refuses_bad_nuts_arguments(tmp_path, capsys, extra, flag) -> None:
@@ -418,12 +422,14 @@ def test_cli_form_and_mass_flags_reach_the_sampler_settings(tmp_path) -> None:
         (["--full-mass", "--hierarchical"], {"full_mass": True, "hierarchical": True}),
         (["--centered"], {"centered": True}),
         (["--gibbs"], {"gibbs": True, "jit_compile": False}),
+        (["--gibbs", "--interweave"], {"gibbs": True, "jit_compile": False, "interweave": True}),
+        (["--gibbs", "--non-centered"], {"gibbs": True, "jit_compile": False, "centered": False}),
     ):
         a = parser.parse_args([*base, *extra])
         validate_fit(parser, a)
         opts = a.config.fit_options
         assert opts["inference"] == "nuts"
-        keys = ("full_mass", "hierarchical", "centered", "gibbs", "jit_compile")
+        keys = ("full_mass", "hierarchical", "centered", "gibbs", "jit_compile", "interweave")
         assert {k: opts[k] for k in keys if k in opts} == want
     assert not (tmp_path / "o").exists()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pyro
 import torch
@@ -52,7 +52,11 @@ class ExactScaleConditionals:
     """Mixin of a prior whose scales have exact full conditionals given the weights (NUTS within Gibbs,
     :mod:`zoo.infer.mcmc_gibbs`).  ``conditionals_module`` names a module with ``scale_sites(prior, specs)``
     (the scale sites, in draw order) and ``draw_scales(prior, specs, values)`` (one Gibbs sweep given the
-    current value of every site)."""
+    current value of every site); optionally ``interweave_scales(prior, specs, values, log_lik)``: the
+    ancillary (non-centered) moves of the scales that interleave with that sweep
+    (:mod:`zoo.infer.interweave`), and ``reparameterize(prior, specs, values, centered)``: the weights in
+    the centered or the non-centered parameterization given the scales (for a NUTS block that moves the
+    non-centered weights)."""
 
     conditionals_module: str = ""
 
@@ -65,6 +69,38 @@ class ExactScaleConditionals:
     ) -> dict[str, Tensor]:
         """One exact Gibbs sweep over the scales given ``values``."""
         return importlib.import_module(self.conditionals_module).draw_scales(self, specs, values)
+
+    @property
+    def can_interweave(self) -> bool:
+        """Whether the prior has ancillary moves of its scales (``interweave_scales``)."""
+        return hasattr(importlib.import_module(self.conditionals_module), "interweave_scales")
+
+    def interweave(
+        self,
+        specs: Sequence[ParamSpec],
+        values: Mapping[str, Tensor],
+        log_lik: Callable[[Mapping[str, Tensor]], Tensor],
+    ) -> dict[str, Tensor]:
+        """The ancillary moves of the scales given ``values`` and the log-likelihood ``log_lik``: new values
+        of the scales and of the weights they rescale; ``ValueError`` if the prior has none."""
+        if not self.can_interweave:
+            raise ValueError(f"{type(self).__name__} has no ancillary moves of its scales (interweave)")
+        module = importlib.import_module(self.conditionals_module)
+        return module.interweave_scales(self, specs, values, log_lik)
+
+    @property
+    def can_reparameterize(self) -> bool:
+        """Whether the prior maps its weights between the centered and non-centered forms
+        (``reparameterize``)."""
+        return hasattr(importlib.import_module(self.conditionals_module), "reparameterize")
+
+    def reparameterize(
+        self, specs: Sequence[ParamSpec], values: Mapping[str, Tensor], centered: bool
+    ) -> dict[str, Tensor]:
+        """The weight sites in the centered (``True``) or non-centered form given the scales in ``values``."""
+        if not self.can_reparameterize:
+            raise ValueError(f"{type(self).__name__} has no map between its centered and non-centered forms")
+        return importlib.import_module(self.conditionals_module).reparameterize(self, specs, values, centered)
 
 
 def site_name_clashes(names: Iterable[str]) -> list[tuple[str, str]]:

@@ -58,10 +58,21 @@ def add_nuts_arguments(f: argparse.ArgumentParser) -> None:
         "as built)",
     )
     g.add_argument(
+        "--non-centered",
+        action="store_true",
+        help="sample a horseshoe prior non-centered (w = sd * beta; with --gibbs NUTS then moves beta)",
+    )
+    g.add_argument(
         "--gibbs",
         action="store_true",
         help="NUTS within Gibbs: draw the scales of a horseshoe, N-GIG or collapsed prior exactly from their "
         "conditionals between NUTS transitions of the weights (centered, hierarchical form; no JIT)",
+    )
+    g.add_argument(
+        "--interweave",
+        action="store_true",
+        help="with --gibbs: follow each Gibbs sweep with ancillary (non-centered) moves of the scales that "
+        "rescale their weights (Yu & Meng 2011; the horseshoe's and N-GIG's)",
     )
 
 
@@ -73,7 +84,16 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
     """Check the NUTS flags and, for ``--inference nuts``, put the settings into ``a.config.fit_options``."""
     from zoo.infer.mcmc import NUTSConfig
 
-    switches = ("--no-jit", "--sequential", "--full-mass", "--hierarchical", "--centered", "--gibbs")
+    switches = (
+        "--no-jit",
+        "--sequential",
+        "--full-mass",
+        "--hierarchical",
+        "--centered",
+        "--non-centered",
+        "--gibbs",
+        "--interweave",
+    )
     nuts_flags = _given(a, _FLAGS) + [f for f in switches if getattr(a, f[2:].replace("-", "_"))]
     if a.inference != "nuts":
         if nuts_flags:
@@ -92,14 +112,21 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
         settings["full_mass"] = True
     if a.hierarchical:
         settings["hierarchical"] = True
-    if a.centered:
-        settings["centered"] = True
+    if a.centered and a.non_centered:
+        parser.error("argument --non-centered: not with --centered")
+    if a.centered or a.non_centered:
+        settings["centered"] = bool(a.centered)
     if a.gibbs:
         settings.update(gibbs=True, jit_compile=False)
+    if a.interweave:
+        settings["interweave"] = True
     try:
         NUTSConfig(**settings)
     except (TypeError, ValueError) as e:
-        field = str(e).split(" ", 1)[0].rstrip(":")
-        flag = next((k for k, v in _FLAGS.items() if v == field), "--inference")
+        field = str(e).split(" ", 1)[0].rstrip(":").split("=")[0]
+        switch = f"--{field.replace('_', '-')}"
+        flag = next(
+            (k for k, v in _FLAGS.items() if v == field), switch if switch in switches else "--inference"
+        )
         parser.error(f"argument {flag}: {e}")
     a.config = a.config.replace(fit_options={**a.config.fit_options, "inference": "nuts", **settings})

@@ -96,8 +96,13 @@ class NUTSConfig(Config):
     quadratic in their number) it replaces long trajectories at tiny step sizes;
     ``gibbs``: NUTS within Gibbs (:mod:`zoo.infer.mcmc_gibbs`): NUTS transitions of the weights alternate
     with exact draws of the prior's scales from their full conditionals, the prior sampled in its
-    hierarchical, centered form (``hierarchical`` is then taken as ``True``; ``centered=False`` and
-    ``jit_compile=True`` are refused) — for priors that provide the conditionals (the horseshoe's);
+    hierarchical form (``hierarchical`` is then taken as ``True``; ``jit_compile=True`` is refused) and
+    centered unless ``centered=False`` asks NUTS to move the standardized weights (priors with a
+    ``reparameterize`` map: the horseshoe's) — for priors that provide the conditionals (the horseshoe's,
+    N-GIG's, the collapsed priors');
+    ``interweave``: with ``gibbs``, follow each sweep of exact conditional draws with ancillary moves of
+    the scales (the weights rescaled with them; :mod:`zoo.infer.interweave`, Yu & Meng 2011) — for priors
+    that provide them (the horseshoe's, N-GIG's);
     ``metadata``: plain data recorded in ``result.config`` (e.g. the target standardization
     ``y_mean``/``y_std`` that ``predict`` undoes).
     """
@@ -117,6 +122,7 @@ class NUTSConfig(Config):
     centered: bool | None = None
     full_mass: bool = False
     gibbs: bool = False
+    interweave: bool = False
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -131,13 +137,14 @@ class NUTSConfig(Config):
         check_probability("target_accept", self.target_accept)
         check_positive_int("max_tree_depth", self.max_tree_depth)
         check_positive_int("seed", self.seed, allow_zero=True)
-        for name in ("jit_compile", "progress", "hierarchical", "full_mass", "gibbs"):
+        for name in ("jit_compile", "progress", "hierarchical", "full_mass", "gibbs", "interweave"):
             check_bool(name, getattr(self, name))
-        if self.gibbs and (self.jit_compile or self.centered is False):
+        if self.interweave and not self.gibbs:
+            raise ValueError("interweave=True needs gibbs=True (it interleaves with the Gibbs sweep)")
+        if self.gibbs and self.jit_compile:
             raise ValueError(
-                "gibbs=True needs jit_compile=False (the NUTS block's target changes with the scales) and "
-                f"the centered form (centered None or True), got jit_compile={self.jit_compile}, "
-                f"centered={self.centered}"
+                "gibbs=True needs jit_compile=False (the NUTS block's target changes with the scales), "
+                f"got jit_compile={self.jit_compile}"
             )
         check_optional("parallel", self.parallel, check_bool)
         check_optional("centered", self.centered, check_bool)
@@ -326,9 +333,20 @@ def fit_nuts(
     x, y = _check_xy(model, x, y)
     model.to(device="cpu", dtype=x.dtype)  # float64 data: the model's buffers follow (as its device does)
     forms = {"hierarchical": _set_form(model, "hierarchical", True if cfg.gibbs else cfg.hierarchical)}
-    forms["centered"] = _set_form(model, "centered", True if cfg.gibbs else cfg.centered)
+    gibbs_centered = True if cfg.centered is None else cfg.centered
+    forms["centered"] = _set_form(model, "centered", gibbs_centered if cfg.gibbs else cfg.centered)
     if cfg.gibbs:
         conditional_sites(model)  # a prior without exact conditionals: ValueError before any sampling
+        if forms["centered"] is False and not model.prior.can_reparameterize:
+            raise ValueError(
+                f"centered=False: the prior {type(model.prior).__name__} has no map between its centered "
+                "and non-centered weights (reparameterize); sample it centered within Gibbs"
+            )
+        if cfg.interweave and not model.prior.can_interweave:
+            raise ValueError(
+                f"interweave: the prior {type(model.prior).__name__} has no ancillary moves of its scales; "
+                "sample it with interweave=False"
+            )
     check_nuts_model(model, x, y, _model_name(model, spec))
     t0 = time.perf_counter()
     chains = run_chains(model, x, y, cfg)

@@ -14,6 +14,15 @@ on tensors that the Gibbs step overwrites in place); its cached potential energy
 Gibbs step, and the step size and mass matrix are adapted during warm-up as usual.  The potential is
 re-traced at every call, so the PyTorch JIT cannot be used (``jit_compile=False`` is required).  The scales
 start at 1.  The recorded log density is the NUTS block's, given the scales.
+
+With ``cfg.interweave`` each sweep is followed by the prior's ancillary moves (:mod:`zoo.infer.interweave`:
+each scale redrawn with its standardized weights held fixed, the weights rescaled with it); the rescaled
+weights are written back into the NUTS block's state.  A prior with a non-centered form
+(``prior.centered = False``, ``fit_nuts(..., centered=False)``) and a ``reparameterize`` map has its NUTS
+block move the *standardized* weights: the sweep maps them to the centered ones, draws, and maps back with
+the new scales.  Then a unit the horseshoe switches off keeps unit-scale standardized weights whatever its
+scale does, instead of a centered conditional whose width changes by orders of magnitude between
+transitions (the step size adapted to one width diverges at the next).
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ import torch
 from pyro import poutine
 from pyro.infer import NUTS
 from torch import Tensor
+
+from zoo.infer.interweave import likelihood_of
 
 __all__ = ["conditional_sites", "run_gibbs_chain"]
 
@@ -63,6 +74,8 @@ def run_gibbs_chain(
     kernel = NUTS(poutine.condition(model, data=scales), **kernel_kwargs)
     kernel.setup(cfg.warmup, x, y)
     params = kernel.initial_params
+    ncp = getattr(prior, "centered", True) is False
+    log_lik = _log_likelihood(model, x, y, ncp) if getattr(cfg, "interweave", False) else None
     kept: dict[str, list[Tensor]] = {}
     lp: list[float] = []
     moved = 0
@@ -71,9 +84,13 @@ def run_gibbs_chain(
         params = kernel.sample(params)
         values = {k: kernel.transforms[k].inv(v) if k in kernel.transforms else v for k, v in params.items()}
         with torch.no_grad():
-            new = prior.draw_conditionals(model.specs, {**values, **scales})
+            changed = _sweep(model, {**values, **scales}, log_lik, ncp)
         for n in names:
-            scales[n].copy_(new[n])
+            scales[n].copy_(changed.pop(n))
+        for k, v in changed.items():  # the weights the sweep rescaled (interweaving) or re-standardized
+            if k in params:
+                values[k] = v
+                params[k] = kernel.transforms[k](v) if k in kernel.transforms else v
         if it >= cfg.warmup:
             lp.append(-float(kernel._potential_energy_last))
             moved += int(any(not torch.equal(params[k], before[k]) for k in params))
@@ -91,3 +108,30 @@ def run_gibbs_chain(
         "mean_accept_prob": float(kernel._mean_accept_prob),
         "step_size": float(kernel.step_size),
     }
+
+
+def _log_likelihood(model: torch.nn.Module, x: Tensor, y: Tensor, ncp: bool) -> Callable[..., Tensor]:
+    """The data's log-likelihood given centered values (:func:`zoo.infer.interweave.likelihood_of`); for a
+    model sampled non-centered the rows are standardized before conditioning."""
+    base = likelihood_of(model, x, y)
+    if not ncp:
+        return base
+    return lambda v: base({**v, **model.prior.reparameterize(model.specs, v, centered=False)})
+
+
+def _sweep(
+    model: torch.nn.Module, state: dict[str, Tensor], log_lik: Callable[..., Tensor] | None, ncp: bool
+) -> dict[str, Tensor]:
+    """One Gibbs sweep from ``state`` (every site): the exact conditional draws of the scales given the
+    centered weights, then (``log_lik`` given) the ancillary moves; returns the new scales and the weight
+    sites they changed (a non-centered model's rows standardized by the new scales; centered rows the
+    caller does not sample are ignored by it)."""
+    prior, specs = model.prior, model.specs
+    if ncp:
+        state = {**state, **prior.reparameterize(specs, state, centered=True)}
+    new = dict(prior.draw_conditionals(specs, state))
+    if log_lik is not None:
+        new.update(prior.interweave(specs, {**state, **new}, log_lik))
+    if ncp:  # the centered rows (new or not) standardized by the new scales
+        new.update(prior.reparameterize(specs, {**state, **new}, centered=False))
+    return new

@@ -321,7 +321,9 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # (W = sqrt(tau) V), or on the bow-tie toy (bulk ESS of the unit norms 2-29 in every case)
         # NUTS within Gibbs (the psi and tau conditionals of zoo.families.bowtie.gibbs; one-chain pilot,
         # 300 + 600 at .95, 1504 CPU s): no divergence, bulk ESS of f 156 but of the unit norms only 21 per
-        # 600 draws, so four chains passing the gate would take about six CPU hours; not run
+        # 600 draws, so four chains passing the gate would take about six CPU hours; not run.  With the
+        # ancillary move of each layer's tau interleaved (interweave=True, the same pilot, 1819 CPU s): no
+        # divergence but bulk ESS 29 of f and 1 of the unit norms — worse
         _tanh_net("ngig-cubic-tanh", "ngig-bnn", _CUBIC, "50 of 400 test rows", {}, 0.99),
         # the paper's horseshoe where the data need every unit: two tanh units on the bow-tie toy (10 sin x1
         # against noise sd 0.7), sampled centered — the form that suits scales the data pin down. A one-chain
@@ -331,7 +333,10 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # Non-centered, two one-chain pilots (300 + 600 at .99, 570 s each) had no divergence but bulk ESS 3
         # of kappa and 4-6 of the unit norms per 600 draws: a reference would take about 100 times longer.
         # Within Gibbs (one chain, 300 + 600 at .95, 1247 CPU s): bulk ESS 71 of kappa but 31 of f and 11 of
-        # the unit norms, and 6 divergences — better, not yet enough
+        # the unit norms, and 6 divergences — better, not yet enough.  Interweaving the scales' ancillary
+        # moves (zoo.infer.interweave; the same pilot settings) did not help: centered, 205 divergences and
+        # bulk ESS 8 of kappa, 12 of the norms (1164 CPU s); with NUTS on the standardized rows
+        # (centered=False), 129 divergences and bulk ESS 8 of kappa and of the norms (1393 CPU s)
         _hs_tanh(
             "hs-bowtie-tanh",
             _BOWTIE,
@@ -345,7 +350,12 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # the paper's horseshoe on the same network: a unit's scale is shared by its 7 incoming entries (6
         # inputs and the bias) rather than the cubic toy's 2, so the data should pin it down better; they do
         # not: 4 x (500 + 1000) at .99 (two chain processes, 1276 s) — one chain stuck at acceptance .27 with
-        # 645 divergences, the other three at step sizes 0.0026-0.0095 in different modes (R-hat 1.85 on f)
+        # 645 divergences, the other three at step sizes 0.0026-0.0095 in different modes (R-hat 1.85 on f).
+        # Within Gibbs with interweaving (one chain, 300 + 600 at .95): centered, the chain fell into the
+        # mode where every unit is off (unit norms <= 0.001, sigma drifting to 72, step size 9e-5, 70
+        # divergences; 1550 CPU s); with NUTS on the standardized rows (centered=False) it fitted the data
+        # (sigma 0.68, 4 divergences) but moved slowly (step size 0.0015, bulk ESS 2 of sigma and of the
+        # unit norms in 600 draws; 1874 CPU s)
         _hs_tanh("hs-yacht-tanh", _YACHT, _TANH_NOTE.format("100 of 277 training rows"), hidden=_WIDTH),
         _nuts(
             "gauss-bowtie",

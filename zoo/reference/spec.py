@@ -74,6 +74,7 @@ class SamplerSettings(Config):
     hierarchical: bool = False
     centered: bool | None = None
     gibbs: bool = False
+    interweave: bool = False
 
     def validate(self) -> None:
         if check_positive_int("chains", self.chains) < 4:
@@ -86,6 +87,7 @@ class SamplerSettings(Config):
         check_positive_int("max_tree_depth", self.max_tree_depth)
         check_optional("centered", self.centered, check_bool)
         check_bool("gibbs", self.gibbs)
+        check_bool("interweave", self.interweave)
 
     def nuts_config(self, seed: int, progress: bool = False, parallel: bool | None = False):
         """The :class:`zoo.infer.mcmc.NUTSConfig` of these settings."""

@@ -13,6 +13,11 @@ drawn in that order (the new ``psi`` in the second line): one systematic-scan Gi
 the joint posterior invariant.  With ``lam = 0`` (every experiment of the paper) both are inverse-gamma;
 :func:`~zoo.families.bowtie.prior.gig_distribution` picks the exact law.  Biases (``N(0, s_0^2)``) have no
 scale and stay in the NUTS block.
+
+:func:`interweave_scales` adds the ancillary half of an interweaving sweep (:mod:`zoo.infer.interweave`,
+Yu & Meng 2011): each layer's global scale ``tau_l`` is redrawn with ``z = W_l / sqrt(tau_l psi_l)`` held
+fixed, from its prior ``GIG(nu_glob, delta_glob, lam_glob)`` times the likelihood of the rescaled weights,
+so the whole layer can grow or shrink in one move.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
 from zoo.families.bowtie.prior import NGIGPrior, gig_distribution
+from zoo.infer.interweave import LogLikelihood, ancillary_log_scale
 
-__all__ = ["scale_sites", "draw_scales"]
+__all__ = ["scale_sites", "draw_scales", "interweave_scales"]
 
 
 def _weights(prior: NGIGPrior, specs: Sequence[ParamSpec]) -> list[ParamSpec]:
@@ -62,3 +68,29 @@ def draw_scales(
         rate = delta_g**2 + (w2 / psi).sum((-2, -1))
         out[f"{p}.tau"] = gig_distribution(nu_g - s.numel / 2, rate.sqrt(), lam_g.expand_as(rate)).sample()
     return out
+
+
+def interweave_scales(
+    prior: NGIGPrior, specs: Sequence[ParamSpec], values: Mapping[str, Tensor], log_lik: LogLikelihood
+) -> dict[str, Tensor]:
+    """The ancillary move of every layer's ``tau_l`` (module docstring), layer by layer: new values of the
+    sites ``fc{l}.tau`` and ``fc{l}.weight``.  ``log_lik(values)``: the data's log-likelihood given every
+    site's value (one value per chain when ``values`` carry leading chain dimensions)."""
+    num_hidden = max(s.layer for s in specs)
+    nu, delta, lam = prior.glob_params(num_hidden)
+
+    def log_prior(u: Tensor) -> Tensor:  # log GIG(e^u; nu, delta, lam) + u (App. E.1)
+        return nu * u - 0.5 * (delta**2 * (-u).exp() + lam**2 * u.exp())
+
+    cur = dict(values)
+    names: list[str] = []
+    for s in _weights(prior, specs):
+        p = s.name.rsplit(".", 1)[0]
+
+        def moved(u: Tensor, p: str = p, name: str = s.name) -> dict[str, Tensor]:
+            ratio = (u.exp() / cur[f"{p}.tau"]).sqrt()[..., None, None]
+            return {**cur, f"{p}.tau": u.exp(), name: cur[name] * ratio}
+
+        cur.update(moved(ancillary_log_scale(cur[f"{p}.tau"].log(), log_prior, moved, log_lik)))
+        names += [f"{p}.tau", s.name]
+    return {n: cur[n] for n in names}

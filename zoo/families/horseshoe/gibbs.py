@@ -27,21 +27,32 @@ The **regularized** horseshoe (Eq. 2) replaces each row's variance ``tau2_k v2``
 exact univariate slice sampling on their logarithms (:func:`zoo.infer.slice.slice_step`; the unit scales
 of a layer are independent given ``v2`` and ``c2`` and move at once), in the same order, with ``c2``
 last; the auxiliaries ``lam``, ``theta``, ``kappa2`` and ``rho`` keep their inverse-gamma conditionals.
+
+:func:`interweave_scales` adds the ancillary half of an interweaving sweep (:mod:`zoo.infer.interweave`,
+Yu & Meng 2011): each unit scale ``tau2_k``, each layer scale ``v2``, each output scale ``kappa2`` and the
+slab ``c2`` in turn is redrawn with the standardized weights ``z = w / sqrt(var)`` held fixed — from its
+prior conditional (``IG(1/2, 1/lam_k)``, ``IG(1/2, 1/theta)``, ``IG(1/2, 1/rho)``, ``IG(c_a, c_b)``) times
+the likelihood of the rescaled weights — so a unit that the data need can leave the horseshoe's spike,
+and the layer scale can move all its units at once.  :func:`reparameterize` maps the non-centered rows
+``p.beta`` to the centered ``p.w = sqrt(var) beta`` and back, so the NUTS block can move the standardized
+rows while both kinds of scale draw act on the same state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import pyro.distributions as dist
 import torch
 from torch import Tensor
 
 from zoo.core.architectures import ParamSpec
-from zoo.families.horseshoe.prior import HorseshoePrior, group_layers
+from zoo.families.horseshoe.prior import HorseshoePrior, group_layers, regularized_variance
+from zoo.infer.interweave import LogLikelihood, ancillary_log_scale
 from zoo.infer.slice import slice_step
 
-__all__ = ["SLAB", "scale_sites", "draw_scales", "row_log_likelihood"]
+__all__ = ["SLAB", "scale_sites", "draw_scales", "interweave_scales", "reparameterize", "row_log_likelihood"]
 
 
 #: the site of the regularized horseshoe's slab (``HorseshoePrior.sample_params``)
@@ -152,3 +163,111 @@ def _slab_log_density(prior: HorseshoePrior, rows: list[tuple[Tensor, int, Tenso
     for ss, f, log_s in rows:
         total = total + row_log_likelihood(ss, f, log_s, u[..., None]).sum(-1)
     return total
+
+
+def interweave_scales(
+    prior: HorseshoePrior, specs: Sequence[ParamSpec], values: Mapping[str, Tensor], log_lik: LogLikelihood
+) -> dict[str, Tensor]:
+    """The ancillary moves of every scale (module docstring), one at a time: the new value of every scale
+    site that has a weight group (``p.tau2``, ``p.v2``, ``p.kappa2``, ``hs.c2``) and of every rows site
+    ``p.w`` rescaled with it.  ``log_lik(values)``: the data's log-likelihood given every site's value (one
+    value per chain when ``values`` carry leading chain dimensions)."""
+    _check(prior)
+    cur = dict(values)
+    layers = group_layers(specs)
+    names: list[str] = []
+    for layer in layers:
+        p = layer.prefix
+        if layer.output:
+            _move(cur, log_lik, f"{p}.kappa2", 1.0 / cur[f"{p}.rho"], partial(_rescale_output, p=p))
+            names += [f"{p}.kappa2", f"{p}.w"]
+            continue
+        for k in range(layer.units):
+            rescale = partial(_rescale_hidden, p=p, unit=k)
+            _move(cur, log_lik, (f"{p}.tau2", k), 1.0 / cur[f"{p}.lam"][..., k], rescale, which="tau2")
+        rescale = partial(_rescale_hidden, p=p)
+        _move(cur, log_lik, f"{p}.v2", 1.0 / cur[f"{p}.theta"], rescale, which="v2")
+        names += [f"{p}.tau2", f"{p}.v2", f"{p}.w"]
+    if prior.regularized:
+        hidden = [layer.prefix for layer in layers if not layer.output]
+
+        def slab(c: dict[str, Tensor], s: Tensor) -> dict[str, Tensor]:
+            for p in hidden:
+                c = _rescale_hidden(c, s, p, which="c2")
+            return {**c, SLAB: s}
+
+        _move(cur, log_lik, SLAB, prior.c_b, slab, shape=prior.c_a)
+        names.append(SLAB)
+    return {n: cur[n] for n in names}
+
+
+def _move(
+    cur: dict[str, Tensor],
+    log_lik: LogLikelihood,
+    site: str | tuple[str, int],
+    rate: Tensor,
+    rescale: Callable[[dict[str, Tensor], Tensor], dict[str, Tensor]],
+    shape: float | Tensor = 0.5,
+    which: str | None = None,
+) -> None:
+    """One ancillary move of the scale ``site`` (a name, or ``(name, k)``: entry ``k`` of a unit-scale
+    vector) whose prior conditional is ``IG(shape, rate)``; ``rescale(values, s)``: the values with the scale
+    set to ``s`` and its weights rescaled (``which``: passed on, naming the scale).  Updates ``cur`` in
+    place."""
+    name, k = (site, None) if isinstance(site, str) else site
+    current = cur[name] if k is None else cur[name][..., k]
+    extra = {} if which is None else {"which": which}
+    u = ancillary_log_scale(
+        current.log(), lambda v: _log_ig(v, shape, rate), lambda v: rescale(cur, v.exp(), **extra), log_lik
+    )
+    cur.update(rescale(cur, u.exp(), **extra))
+
+
+def _rescale_output(c: dict[str, Tensor], kappa2: Tensor, p: str) -> dict[str, Tensor]:
+    """The output layer's rows with their scale ``kappa2`` replaced (``w = kappa z``, ``z`` kept)."""
+    ratio = (kappa2 / c[f"{p}.kappa2"]).sqrt()[..., None, None]
+    return {**c, f"{p}.kappa2": kappa2, f"{p}.w": c[f"{p}.w"] * ratio}
+
+
+def _rescale_hidden(
+    c: dict[str, Tensor], s: Tensor, p: str, which: str, unit: int | None = None
+) -> dict[str, Tensor]:
+    """Hidden layer ``p``'s rows with the scale ``which`` set to ``s`` (``"tau2"``: unit ``unit``'s;
+    ``"v2"``; ``"c2"``: the slab), ``z = w / sqrt(var)`` kept (``var``: :func:`regularized_variance`)."""
+    old = {"tau2": c[f"{p}.tau2"], "v2": c[f"{p}.v2"], "c2": c.get(SLAB)}
+    new = dict(old)
+    if which == "tau2":
+        new["tau2"] = old["tau2"].clone()
+        new["tau2"][..., unit] = s
+    else:
+        new[which] = s
+
+    def var(t: Mapping[str, Tensor | None]) -> Tensor:
+        c2 = t["c2"]
+        return regularized_variance(t["tau2"], t["v2"][..., None], None if c2 is None else c2[..., None])
+
+    ratio = (var(new) / var(old)).sqrt()
+    return {**c, f"{p}.tau2": new["tau2"], f"{p}.v2": new["v2"], f"{p}.w": c[f"{p}.w"] * ratio[..., None]}
+
+
+def reparameterize(
+    prior: HorseshoePrior, specs: Sequence[ParamSpec], values: Mapping[str, Tensor], centered: bool
+) -> dict[str, Tensor]:
+    """The rows of every layer in the other parameterization given the scales in ``values``: ``p.w = sd *
+    p.beta`` (``centered=True``) or ``p.beta = p.w / sd`` (``False``), with ``sd = sqrt(var)`` of each
+    hidden row (:func:`~zoo.families.horseshoe.prior.regularized_variance`) or ``kappa`` (output layer)."""
+    _check(prior)
+    c2 = values.get(SLAB) if prior.regularized else None
+    out = {}
+    for layer in group_layers(specs):
+        p = layer.prefix
+        if layer.output:
+            sd = values[f"{p}.kappa2"].sqrt()[..., None, None]
+        else:
+            c = None if c2 is None else c2[..., None]
+            sd = regularized_variance(values[f"{p}.tau2"], values[f"{p}.v2"][..., None], c).sqrt()[..., None]
+        if centered:
+            out[f"{p}.w"] = values[f"{p}.beta"] * sd
+        else:
+            out[f"{p}.beta"] = values[f"{p}.w"] / sd
+    return out
