@@ -82,6 +82,7 @@ def run_gibbs_chain(
     for it in range(cfg.warmup + cfg.samples):
         before = params
         params = kernel.sample(params)
+        stepped = any(not torch.equal(params[k], before[k]) for k in params)  # NUTS's move, not the sweep's
         values = {k: kernel.transforms[k].inv(v) if k in kernel.transforms else v for k, v in params.items()}
         with torch.no_grad():
             changed = _sweep(model, {**values, **scales}, log_lik, ncp)
@@ -93,7 +94,7 @@ def run_gibbs_chain(
                 params[k] = kernel.transforms[k](v) if k in kernel.transforms else v
         if it >= cfg.warmup:
             lp.append(-float(kernel._potential_energy_last))
-            moved += int(any(not torch.equal(params[k], before[k]) for k in params))
+            moved += int(stepped)
             for k, v in {**values, **scales}.items():
                 kept.setdefault(k, []).append(v.detach().clone())
         kernel.clear_cache()  # the potential energy of the kept point changed with the scales
