@@ -29,3 +29,12 @@ def mlp_model(d: int = 3, hidden=(8,), task: str = "regression", k: int = 1) -> 
 
     out = 1 if task in ("regression", "binary") else k
     return BayesianModel(MLP(d, hidden, out), GaussianPrior(1.0), make_likelihood(task, out))
+
+
+def gibbs_config(**settings):
+    """A short NUTS-within-Gibbs run for plumbing tests: one chain, 10 warm-up and 8 kept iterations, trees of
+    depth 5 at most, sequential, no progress bar; ``settings`` override."""
+    from zoo.infer.mcmc import NUTSConfig
+
+    base = dict(chains=1, warmup=10, samples=8, max_tree_depth=5, jit_compile=False, gibbs=True)
+    return NUTSConfig(**{**base, "parallel": False, "progress": False, **settings})

@@ -13,7 +13,9 @@ from scipy import stats
 from zoo.experiments.registry import build
 from zoo.families.collapsed import gibbs
 from zoo.families.collapsed.prior import hyper_site
-from zoo.infer.mcmc import NUTSConfig, fit_nuts
+from zoo.infer.mcmc import fit_nuts
+
+from .helpers import gibbs_config
 
 CHAINS = 4000
 SWEEPS = 15
@@ -142,16 +144,7 @@ def test_fit_nuts_gibbs_end_to_end(kind):
     g = torch.Generator().manual_seed(0)
     x = torch.linspace(-1, 1, 30)[:, None]
     y = torch.tanh(2 * x[:, 0]) + 0.1 * torch.randn(30, generator=g)
-    cfg = NUTSConfig(
-        chains=1,
-        warmup=10,
-        samples=8,
-        jit_compile=False,
-        gibbs=True,
-        parallel=False,
-        progress=False,
-        max_tree_depth=5,
-    )
+    cfg = gibbs_config()
     result = fit_nuts(model, (x, y), cfg, spec=spec)
     mu = result.samples["fc0.weight_mu_p"]
     assert mu.shape[:2] == (1, 8) and torch.isfinite(mu).all() and mu.std() > 0

@@ -28,6 +28,8 @@ from zoo.families.horseshoe.prior import group_layers, regularized_variance
 from zoo.infer.interweave import ancillary_log_scale, likelihood_of
 from zoo.infer.mcmc import NUTSConfig, fit_nuts
 
+from .helpers import gibbs_config
+
 CHAINS = 2000
 SWEEPS = 8
 SIGMA = 0.3
@@ -234,18 +236,7 @@ def _short_fit(regularized: bool = False, **settings):
     model, spec = _model(regularized)
     model.float()
     x, y = _toy()
-    cfg = NUTSConfig(
-        chains=1,
-        warmup=10,
-        samples=8,
-        max_tree_depth=5,
-        jit_compile=False,
-        gibbs=True,
-        interweave=True,
-        parallel=False,
-        progress=False,
-        **settings,
-    )
+    cfg = gibbs_config(interweave=True, **settings)
     return fit_nuts(model, (x, y), cfg, spec=spec), x
 
 

@@ -23,6 +23,8 @@ from zoo.families.horseshoe import gibbs
 from zoo.families.horseshoe.prior import group_layers, regularized_variance
 from zoo.infer.mcmc import NUTSConfig, fit_nuts
 
+from .helpers import gibbs_config
+
 CHAINS = 4000
 SWEEPS = 15
 
@@ -209,16 +211,7 @@ def test_regularized_fit_nuts_gibbs_end_to_end():
     model, spec = _model(regularized=True)
     model.float()
     x, y = _toy()
-    cfg = NUTSConfig(
-        chains=1,
-        warmup=10,
-        samples=8,
-        jit_compile=False,
-        gibbs=True,
-        parallel=False,
-        progress=False,
-        max_tree_depth=5,
-    )
+    cfg = gibbs_config()
     result = fit_nuts(model, (x, y), cfg, spec=spec)
     c2 = result.samples[gibbs.SLAB]
     assert c2.shape[:2] == (1, 8) and (c2 > 0).all() and c2.std() > 0
@@ -237,16 +230,7 @@ def test_fit_nuts_gibbs_end_to_end():
     model, spec = _model()
     model.float()
     x, y = _toy()
-    cfg = NUTSConfig(
-        chains=2,
-        warmup=15,
-        samples=10,
-        jit_compile=False,
-        gibbs=True,
-        parallel=False,
-        progress=False,
-        max_tree_depth=5,
-    )
+    cfg = gibbs_config(chains=2, warmup=15, samples=10)
     result = fit_nuts(model, (x, y), cfg, spec=spec)
     names = {"fc0.w", "fc1.w", "fc0.tau2", "fc0.lam", "fc0.v2", "fc0.theta", "fc1.kappa2", "fc1.rho"}
     assert names <= set(result.samples)
@@ -369,16 +353,7 @@ def test_ngig_fit_nuts_gibbs_end_to_end():
     model.float()
     x, y = _toy()
     x = torch.cat([x, x.square()], 1)
-    cfg = NUTSConfig(
-        chains=1,
-        warmup=10,
-        samples=8,
-        jit_compile=False,
-        gibbs=True,
-        parallel=False,
-        progress=False,
-        max_tree_depth=5,
-    )
+    cfg = gibbs_config()
     result = fit_nuts(model, (x, y), cfg, spec=spec)
     for n in ("fc0.psi", "fc0.tau", "fc1.psi", "fc1.tau", "fc0.weight", "fc1.bias"):
         assert result.samples[n].shape[:2] == (1, 8) and torch.isfinite(result.samples[n]).all()
