@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import sys
 
 import numpy as np
-
-logger = logging.getLogger("reference_pilot")
 
 
 def ess_summary(values: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
@@ -104,5 +101,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING)
     sys.exit(main())

@@ -183,10 +183,10 @@ def interweave_scales(
             names += [f"{p}.kappa2", f"{p}.w"]
             continue
         for k in range(layer.units):
-            rescale = partial(_rescale_hidden, p=p, unit=k)
-            _move(cur, log_lik, (f"{p}.tau2", k), 1.0 / cur[f"{p}.lam"][..., k], rescale, which="tau2")
-        rescale = partial(_rescale_hidden, p=p)
-        _move(cur, log_lik, f"{p}.v2", 1.0 / cur[f"{p}.theta"], rescale, which="v2")
+            rescale = partial(_rescale_hidden, p=p, which="tau2", unit=k)
+            _move(cur, log_lik, (f"{p}.tau2", k), 1.0 / cur[f"{p}.lam"][..., k], rescale)
+        rescale = partial(_rescale_hidden, p=p, which="v2")
+        _move(cur, log_lik, f"{p}.v2", 1.0 / cur[f"{p}.theta"], rescale)
         names += [f"{p}.tau2", f"{p}.v2", f"{p}.w"]
     if prior.regularized:
         hidden = [layer.prefix for layer in layers if not layer.output]
@@ -208,19 +208,21 @@ def _move(
     rate: Tensor,
     rescale: Callable[[dict[str, Tensor], Tensor], dict[str, Tensor]],
     shape: float | Tensor = 0.5,
-    which: str | None = None,
 ) -> None:
     """One ancillary move of the scale ``site`` (a name, or ``(name, k)``: entry ``k`` of a unit-scale
     vector) whose prior conditional is ``IG(shape, rate)``; ``rescale(values, s)``: the values with the scale
-    set to ``s`` and its weights rescaled (``which``: passed on, naming the scale).  Updates ``cur`` in
-    place."""
+    set to ``s`` and its weights rescaled.  Updates ``cur`` in place."""
     name, k = (site, None) if isinstance(site, str) else site
     current = cur[name] if k is None else cur[name][..., k]
-    extra = {} if which is None else {"which": which}
     u = ancillary_log_scale(
-        current.log(), lambda v: _log_ig(v, shape, rate), lambda v: rescale(cur, v.exp(), **extra), log_lik
+        current.log(), lambda v: _log_ig(v, shape, rate), lambda v: rescale(cur, v.exp()), log_lik
     )
-    cur.update(rescale(cur, u.exp(), **extra))
+    cur.update(rescale(cur, u.exp()))
+
+
+def _row_variance(tau2: Tensor, v2: Tensor, c2: Tensor | None) -> Tensor:
+    """Each hidden row's variance ``(..., K)``: unit scales ``(..., K)``, layer scale and slab ``(...)``."""
+    return regularized_variance(tau2, v2[..., None], None if c2 is None else c2[..., None])
 
 
 def _rescale_output(c: dict[str, Tensor], kappa2: Tensor, p: str) -> dict[str, Tensor]:
@@ -241,12 +243,7 @@ def _rescale_hidden(
         new["tau2"][..., unit] = s
     else:
         new[which] = s
-
-    def var(t: Mapping[str, Tensor | None]) -> Tensor:
-        c2 = t["c2"]
-        return regularized_variance(t["tau2"], t["v2"][..., None], None if c2 is None else c2[..., None])
-
-    ratio = (var(new) / var(old)).sqrt()
+    ratio = (_row_variance(**new) / _row_variance(**old)).sqrt()
     return {**c, f"{p}.tau2": new["tau2"], f"{p}.v2": new["v2"], f"{p}.w": c[f"{p}.w"] * ratio[..., None]}
 
 
@@ -264,8 +261,7 @@ def reparameterize(
         if layer.output:
             sd = values[f"{p}.kappa2"].sqrt()[..., None, None]
         else:
-            c = None if c2 is None else c2[..., None]
-            sd = regularized_variance(values[f"{p}.tau2"], values[f"{p}.v2"][..., None], c).sqrt()[..., None]
+            sd = _row_variance(values[f"{p}.tau2"], values[f"{p}.v2"], c2).sqrt()[..., None]
         if centered:
             out[f"{p}.w"] = values[f"{p}.beta"] * sd
         else:
