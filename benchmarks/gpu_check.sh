@@ -36,9 +36,11 @@ export ZOO_DEVICE_TESTS_ONLY="${ZOO_DEVICE_TESTS_ONLY:-1}"
 echo "gpu_check: test suite with ZOO_DEVICE=cuda (cap ${ZOO_GPU_TEST_SECONDS:-360}s)"
 t0=$(date +%s)
 # -v names each test as it ends, so a suite stopped at its cap still lists its failures; pytest-xdist, where
-# installed, spreads the suite over 12 processes (the cap is otherwise too short for all of it)
-xdist=()
-"$PY" -c 'import xdist' >/dev/null 2>&1 && xdist=(-p xdist -n "${ZOO_GPU_TEST_WORKERS:-12}")
+# installed, spreads the suite over 12 processes (the cap is otherwise too short for all of it; pyproject's
+# --maxprocesses 4 is raised to match); without it pyproject's addopts (-n) are dropped
+workers="${ZOO_GPU_TEST_WORKERS:-12}"
+xdist=(-o addopts=)
+"$PY" -c 'import xdist' >/dev/null 2>&1 && xdist=(-p xdist -n "$workers" --maxprocesses "$workers")
 timeout "${ZOO_GPU_TEST_SECONDS:-360}" "$PY" -m pytest -v -p no:cacheprovider -m "not slow" --tb=line \
   "${xdist[@]}" 2>&1 | tee "$log"
 test_rc=${PIPESTATUS[0]}
