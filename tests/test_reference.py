@@ -260,6 +260,37 @@ def test_instances_are_pinned_and_validated():
     np.testing.assert_array_equal(ds.x_train, get_instance("gauss-bowtie").dataset().x_train)
 
 
+ONE_UNIT = {
+    "hs-bowtie-tanh-w1": "hs-bnn",
+    "reghs-bowtie-tanh-w1": "reg-hs-bnn",
+    "hs-yacht-tanh-w1": "hs-bnn",
+    "reghs-yacht-tanh-w1": "reg-hs-bnn",
+    "ngig-bowtie-tanh-w1": "ngig-bnn",
+    "ngig-diabetes-tanh-w1": "ngig-bnn",
+    "cm-yacht-tanh-w1": "cm-bnn",
+    "cmv-yacht-tanh-w1": "cmv-bnn",
+}
+
+
+def test_gibbs_instances_have_exact_conditionals_in_every_layer():
+    """Every instance sampled within Gibbs builds a model whose prior draws scales of both layers exactly
+    (``fit_nuts`` would refuse it otherwise, after the data are loaded); the one-unit instances are the
+    families' own priors on one tanh unit."""
+    from zoo.infer.mcmc_gibbs import conditional_sites
+
+    gibbs = {n: i for n, i in INSTANCES.items() if i.sampler.gibbs}
+    assert set(ONE_UNIT) <= set(gibbs)
+    for name, inst in gibbs.items():
+        model, _, _ = build(inst.model, 3, 1, "regression", hidden=list(inst.hidden), **inst.options)
+        sites = conditional_sites(model)
+        assert {s.split(".")[0] for s in sites} >= {"fc0", "fc1"}, (name, sites)
+        assert not inst.sampler.jit_compile and inst.sampler.chains >= 4
+        assert model.architecture.activation == inst.options.get("activation", "relu"), name
+    for name, model_name in ONE_UNIT.items():
+        inst = INSTANCES[name]
+        assert (inst.model, inst.hidden, inst.options["activation"]) == (model_name, (1,), "tanh")
+
+
 def _tiny_instance() -> ReferenceInstance:
     """A NUTS instance far too short for the gate (40 draws), for the machinery's tests."""
     return ReferenceInstance(

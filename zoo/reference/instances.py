@@ -92,6 +92,7 @@ def _exact(name: str, data: DataSpec, note: str) -> ReferenceInstance:
 _BOWTIE = DataSpec("toy-bowtie", n_train=100)
 _CUBIC = DataSpec("toy-hs", n_test=50)
 _YACHT = DataSpec("uci:yacht", n_train=100)
+_DIABETES = DataSpec("diabetes", n_train=150)
 _TOY221 = DataSpec("toy-hs-221", n_train=200)
 _WIDTH = (3,)
 _SHRUNK = "hidden 3; {}"
@@ -151,6 +152,16 @@ def _hs_tanh(
     return _nuts(
         name, model, data, note, hidden=hidden, sampler=settings, options={**_TANH, **(options or {})}
     )
+
+
+def _one_unit(name: str, model: str, data: DataSpec, rows: str, samples: int = 700) -> ReferenceInstance:
+    """A ``*-w1`` instance: ``model``'s own prior on one tanh unit, NUTS within Gibbs by default
+    (hs-cubic-tanh-gibbs's sampler: target acceptance .95, diagonal mass matrix, 4 x (500 + 700)).  With one
+    unit there is no choice of which units are on, the multimodality that the wider networks' chains could
+    not cross (the comments at hs-bowtie-tanh, hs-yacht-tanh, cm-yacht-tanh and ngig-cubic-tanh)."""
+    sampler = SamplerSettings(target_accept=0.95, samples=samples, jit_compile=False, gibbs=True)
+    note = f"hidden 1, tanh unit, NUTS within Gibbs; {rows}"
+    return _nuts(name, model, data, note, hidden=(1,), sampler=sampler, options=_TANH)
 
 
 def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:
@@ -357,6 +368,21 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # (sigma 0.68, 4 divergences) but moved slowly (step size 0.0015, bulk ESS 2 of sigma and of the
         # unit norms in 600 draws; 1874 CPU s)
         _hs_tanh("hs-yacht-tanh", _YACHT, _TANH_NOTE.format("100 of 277 training rows"), hidden=_WIDTH),
+        # one tanh unit (the shrunk instances of the families whose wider networks fail the gate).  One-chain
+        # pilots within Gibbs (300 + 600 at .95, diagonal mass; bulk ESS per 600 draws, minimum over f / the
+        # unit norm / kappa): hs-bowtie 276 / 327 / 556 (step size 0.24, no divergence, 123 CPU s);
+        # reghs-bowtie 242 / 160 / 497 (0.31, none, 135 s); ngig-bowtie 324 / 482 (0.20, none, 161 s);
+        # ngig-diabetes 93 / 42 (0.14, none, 236 s), hence 2000 draws per chain.  On yacht one unit costs
+        # far more: the hs pilot had not finished 400 iterations after about 400 CPU s (more than 1 s per
+        # iteration against 0.14 on the bow-tie toy), so the yacht instances were not attempted yet
+        _one_unit("hs-bowtie-tanh-w1", "hs-bnn", _BOWTIE, "100 of 270 training rows"),
+        _one_unit("reghs-bowtie-tanh-w1", "reg-hs-bnn", _BOWTIE, "100 of 270 training rows"),
+        _one_unit("hs-yacht-tanh-w1", "hs-bnn", _YACHT, "100 of 277 training rows"),
+        _one_unit("reghs-yacht-tanh-w1", "reg-hs-bnn", _YACHT, "100 of 277 training rows"),
+        _one_unit("ngig-bowtie-tanh-w1", "ngig-bnn", _BOWTIE, "100 of 270 training rows"),
+        _one_unit("ngig-diabetes-tanh-w1", "ngig-bnn", _DIABETES, "150 of 398 rows", samples=2000),
+        _one_unit("cm-yacht-tanh-w1", "cm-bnn", _YACHT, "100 of 277 training rows"),
+        _one_unit("cmv-yacht-tanh-w1", "cmv-bnn", _YACHT, "100 of 277 training rows"),
         _nuts(
             "gauss-bowtie",
             "mfvi-bnn",
@@ -421,7 +447,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
         _nuts(
             "ngig-diabetes",
             "ngig-bnn",
-            DataSpec("diabetes", n_train=150),
+            _DIABETES,
             _SHRUNK.format("150 of 398 rows"),
             hidden=_WIDTH,
         ),
