@@ -155,7 +155,7 @@ def _hs_tanh(
 
 
 def _one_unit(name: str, model: str, data: DataSpec, rows: str, samples: int = 700) -> ReferenceInstance:
-    """A ``*-w1`` instance: ``model``'s own prior on one tanh unit, NUTS within Gibbs by default
+    """A ``*-w1`` instance: ``model``'s own prior on one tanh unit, sampled by NUTS within Gibbs
     (hs-cubic-tanh-gibbs's sampler: target acceptance .95, diagonal mass matrix, 4 x (500 + 700)).  With one
     unit there is no choice of which units are on, the multimodality that the wider networks' chains could
     not cross (the comments at hs-bowtie-tanh, hs-yacht-tanh, cm-yacht-tanh and ngig-cubic-tanh)."""
