@@ -7,31 +7,16 @@ column subset), the method (``"nuts"``, Hoffman & Gelman 2014, arXiv:1111.4246, 
 :func:`zoo.infer.mcmc.fit_nuts`; or ``"enumeration"``, the exact spike-and-slab posterior of
 :mod:`zoo.reference.enumeration`), the sampler settings (:class:`SamplerSettings`), the number of predictive
 draws kept and the seed.  Networks and data are kept small (hidden width 3 or less, at most a few hundred
-training rows).  Even so, few pass the gate on this machine: the Gaussian 2-2-1 classifier takes about
-3 CPU minutes, while on the same 2-2-1 toy the horseshoe (marginal form, dense mass matrix: 70 minutes,
-166 divergences, R-hat 1.31 on the predictive probabilities), the collapsed CM prior (R-hat 2.9, its chains
-in different predictive modes in both the hierarchical and the marginal form) and the CMV prior (386
-divergences, R-hat 2.4) fail it; ``zoo reference list`` shows which are stored and the gate failures of the
-others (``attempts.json``).  With tanh units (``*-tanh``) the 1-3-1 Gaussian network mixes in function
-space on the cubic and bow-tie toys (R-hat of f ≤ 1.003, bulk ESS ≥ 1900, no divergence at target
-acceptance .95) and as a 6-3-1 network on 100 yacht rows (target .99: R-hat of f 1.0085, bulk ESS ≥ 888),
-where ReLU units' rescaling ridge left gauss-cubic at R-hat 1.048; the regularized
-horseshoe with tanh units still fails (69 divergences, R-hat 1.17 on the shrinkage factors), and so
-does the plain horseshoe on two tanh units (``hs-cubic-tanh``) on the shrinkage factors alone (R-hat 1.013,
-bulk ESS 268, 13 divergences in 10 000 draws, while f, σ and the unit norms mix: R-hat ≤ 1.0015); sampled
-centered (``SamplerSettings.centered``: the same posterior) or with the layer scale ``b_g = 1`` its chains
-disagree (R-hat 1.5 on f), and so do the collapsed CM prior's on the yacht network (``cm-yacht-tanh``).
-The N-GIG prior on the cubic toy's tanh network (``ngig-cubic-tanh``, sampled with its local scales
-integrated out) runs free of divergences but does not mix (R-hat 1.02 on f, 1.22 on the unit norms).
-NUTS within Gibbs (``SamplerSettings.gibbs``; :mod:`zoo.infer.mcmc_gibbs`) gives the horseshoe its first
-stored reference, ``hs-cubic-tanh-gibbs``: ``hs-cubic-tanh``'s posterior with the scales drawn exactly from
-their inverse-gamma conditionals between NUTS transitions of the weights passes the gate with 4 x 700
-draws (R-hat <= 1.006, bulk ESS >= 658, no divergence; 58 minutes on two cores).  The regularized
-horseshoe on the same network, its scales slice-sampled within the sweep (``reghs-cubic-tanh-gibbs``),
-passes too (R-hat <= 1.005, bulk ESS >= 623, no divergence).  Within Gibbs the collapsed CMV prior on the
-yacht network still fails (its chains' predictive modes differ; the comment at ``cm-yacht-tanh``).  The
-subsampling is part of the instance, so a guide scored against it is fitted on exactly the same rows
-(:meth:`ReferenceInstance.dataset`).
+training rows).  Even so, few network instances pass the gate on this machine; ``zoo reference list`` shows
+which are stored and the gate failures of the others (``attempts.json``), and the comments below record
+every attempt.  In short: ReLU units leave a rescaling ridge that tanh units (``*-tanh``) remove, and the
+Gaussian tanh networks then pass; the heavy-tailed priors (horseshoe, regularized horseshoe, N-GIG,
+collapsed CM/CMV) fail on two or three units, first for the scales' funnel, which NUTS within Gibbs
+(``SamplerSettings.gibbs``; :mod:`zoo.infer.mcmc_gibbs`) removes — ``hs-cubic-tanh-gibbs`` and
+``reghs-cubic-tanh-gibbs`` pass — and then, on the bow-tie toy and yacht, because the chains disagree on
+which units are on.  With one tanh unit (``*-tanh-w1``) that choice is gone, and the horseshoes and N-GIG
+pass on the bow-tie toy.  The subsampling is part of the instance, so a guide scored against it is fitted
+on exactly the same rows (:meth:`ReferenceInstance.dataset`).
 
 For the families whose network references fail the gate, the ``*-linear`` instances hold the same prior
 on a network with no hidden layer (``hidden=()``): a linear regression whose weights carry the collapsed
@@ -155,10 +140,8 @@ def _hs_tanh(
 
 
 def _one_unit(name: str, model: str, data: DataSpec, rows: str, samples: int = 700) -> ReferenceInstance:
-    """A ``*-w1`` instance: ``model``'s own prior on one tanh unit, sampled by NUTS within Gibbs
-    (hs-cubic-tanh-gibbs's sampler: target acceptance .95, diagonal mass matrix, 4 x (500 + 700)).  With one
-    unit there is no choice of which units are on, the multimodality that the wider networks' chains could
-    not cross (the comments at hs-bowtie-tanh, hs-yacht-tanh, cm-yacht-tanh and ngig-cubic-tanh)."""
+    """A ``*-w1`` instance: ``model``'s own prior on one tanh unit, NUTS within Gibbs at target acceptance
+    .95, 4 x (500 + 700): one unit leaves no choice of which units are on (module docstring)."""
     sampler = SamplerSettings(target_accept=0.95, samples=samples, jit_compile=False, gibbs=True)
     note = f"hidden 1, tanh unit, NUTS within Gibbs; {rows}"
     return _nuts(name, model, data, note, hidden=(1,), sampler=sampler, options=_TANH)
@@ -368,14 +351,11 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # (sigma 0.68, 4 divergences) but moved slowly (step size 0.0015, bulk ESS 2 of sigma and of the
         # unit norms in 600 draws; 1874 CPU s)
         _hs_tanh("hs-yacht-tanh", _YACHT, _TANH_NOTE.format("100 of 277 training rows"), hidden=_WIDTH),
-        # one tanh unit (the shrunk instances of the families whose wider networks fail the gate).  One-chain
-        # pilots within Gibbs (300 + 600 at .95, diagonal mass; bulk ESS per 600 draws, minimum over f / the
-        # unit norm / kappa): hs-bowtie 276 / 327 / 556 (step size 0.24, no divergence, 123 CPU s);
-        # reghs-bowtie 242 / 160 / 497 (0.31, none, 135 s); ngig-bowtie 324 / 482 (0.20, none, 161 s);
-        # ngig-diabetes 93 / 42 (0.14, none, 236 s), hence 2000 draws per chain; its full run (2348 s) failed
-        # the gate: 23 divergences, R-hat 1.0106 and tail ESS 182 on the unit norm (attempts.json).  On yacht
-        # one unit costs far more: the hs pilot had not finished 400 iterations after about 400 CPU s (more
-        # than 1 s per iteration against 0.14 on the bow-tie toy): the yacht instances are not attempted yet
+        # one tanh unit.  Pilots within Gibbs (300 + 600 at .95; bulk ESS per 600 draws of f / unit norm /
+        # kappa, no divergence): hs-bowtie 276 / 327 / 556, reghs-bowtie 242 / 160 / 497, ngig-bowtie
+        # 324 / 482, ngig-diabetes 93 / 42 (hence 2000 draws; the full run failed the gate: 23 divergences,
+        # R-hat 1.0106 on the unit norm, attempts.json).  The yacht ones are not attempted yet: its hs pilot
+        # had not finished 400 iterations in about 400 CPU s (over 1 s each, 0.14 on the bow-tie toy)
         _one_unit("hs-bowtie-tanh-w1", "hs-bnn", _BOWTIE, "100 of 270 training rows"),
         _one_unit("reghs-bowtie-tanh-w1", "reg-hs-bnn", _BOWTIE, "100 of 270 training rows"),
         _one_unit("hs-yacht-tanh-w1", "hs-bnn", _YACHT, "100 of 277 training rows"),
