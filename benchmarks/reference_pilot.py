@@ -39,15 +39,17 @@ def _config(inst, a: argparse.Namespace):
     from zoo.infer.mcmc import NUTSConfig
 
     s = inst.sampler
-    gibbs = a.gibbs or s.gibbs
+    if a.gibbs and a.no_gibbs:
+        raise ValueError("--gibbs and --no-gibbs cannot be combined")
+    gibbs = False if a.no_gibbs else a.gibbs or s.gibbs
     return NUTSConfig(
         chains=1,
         warmup=a.warmup or s.warmup,
         samples=a.samples or s.samples,
         target_accept=a.target_accept or s.target_accept,
         max_tree_depth=s.max_tree_depth,
-        jit_compile=False if gibbs else s.jit_compile,
-        full_mass=False if a.gibbs else s.full_mass,
+        jit_compile=False if gibbs else s.jit_compile or a.no_gibbs,
+        full_mass=False if gibbs else a.full_mass or s.full_mass,
         hierarchical=s.hierarchical,
         centered=False if a.non_centered else s.centered,
         gibbs=gibbs,
@@ -65,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int)
     p.add_argument("--target-accept", type=float)
     p.add_argument("--gibbs", action="store_true", help="NUTS within Gibbs (diagonal mass matrix)")
+    p.add_argument("--no-gibbs", action="store_true", help="plain NUTS on the prior's marginal form")
+    p.add_argument("--full-mass", action="store_true", help="dense mass matrix (plain NUTS only)")
     p.add_argument("--interweave", action="store_true")
     p.add_argument("--non-centered", action="store_true")
     p.add_argument("--seed", type=int, default=0)

@@ -180,3 +180,29 @@ def test_reference_pilot_runs_one_chain(benchmark_script, capsys):
     assert "bulk ESS min" in out and "divergences" in out and "of 12" in out
     with pytest.raises(SystemExit):
         mod.main(["ss-diabetes"])  # an exact instance: nothing to pilot
+
+
+def test_reference_pilot_sampler_overrides(benchmark_script):
+    """``--no-gibbs`` runs a Gibbs instance as plain (JIT-compiled) NUTS, ``--full-mass`` adds the dense mass
+    matrix, and the two Gibbs flags together are refused."""
+    import argparse
+
+    from zoo.reference.instances import get_instance
+
+    mod = benchmark_script("reference_pilot")
+    inst = get_instance("hs-bowtie-tanh-w1")
+    assert inst.sampler.gibbs and not inst.sampler.jit_compile
+
+    def args(**kw):
+        base = dict(warmup=None, samples=None, target_accept=None, gibbs=False, no_gibbs=False, seed=0)
+        flags = dict(full_mass=False, interweave=False, non_centered=False)
+        return argparse.Namespace(**{**base, **flags, **kw})
+
+    cfg = mod._config(inst, args())
+    assert cfg.gibbs and not cfg.full_mass and not cfg.jit_compile
+    cfg = mod._config(inst, args(no_gibbs=True, full_mass=True, target_accept=0.99))
+    assert not cfg.gibbs and cfg.full_mass and cfg.jit_compile and cfg.target_accept == 0.99
+    with pytest.raises(ValueError, match="--no-gibbs"):
+        mod._config(inst, args(gibbs=True, no_gibbs=True))
+    with pytest.raises(SystemExit):
+        mod.main(["hs-bowtie-tanh-w1", "--gibbs", "--no-gibbs"])
