@@ -83,8 +83,8 @@ _SHRUNK = "hidden 3; {}"
 _TANH = {"activation": "tanh"}
 _TANH_NOTE = "hidden 3, tanh units; {}"
 _CUBIC_ROWS = "50 of 400 test rows"
-_BG1_NOTE = "hidden 2, tanh units, layer scale b_g = 1; 50 of 400 test rows"
-_CENTERED_NOTE = "hidden 2, tanh units, sampled centered; 50 of 400 test rows"
+_BG1_NOTE = f"hidden 2, tanh units, layer scale b_g = 1; {_CUBIC_ROWS}"
+_CENTERED_NOTE = f"hidden 2, tanh units, sampled centered; {_CUBIC_ROWS}"
 #: every prior with a hierarchical form is sampled in its marginal form (:func:`zoo.infer.mcmc.fit_nuts`'s
 #: default: the horseshoe without its inverse-gamma auxiliaries, the collapsed priors with their per-weight
 #: hyper-latents integrated out); the horseshoe also needs a dense mass matrix for the ridge between its
