@@ -270,7 +270,13 @@ ONE_UNIT = {
     "cm-yacht-tanh-w1": "cm-bnn",
     "cmv-yacht-tanh-w1": "cmv-bnn",
 }
-MARGINAL_ONE_UNIT = ("hs-yacht-tanh-w1", "reghs-yacht-tanh-w1", "cm-yacht-tanh-w1", "cmv-yacht-tanh-w1")
+MARGINAL_ONE_UNIT = (
+    "hs-yacht-tanh-w1",
+    "reghs-yacht-tanh-w1",
+    "cm-yacht-tanh-w1",
+    "cmv-yacht-tanh-w1",
+    "ngig-diabetes-tanh-w1",
+)
 
 
 def test_gibbs_instances_have_exact_conditionals_in_every_layer():
@@ -294,12 +300,12 @@ def test_gibbs_instances_have_exact_conditionals_in_every_layer():
 
 def test_marginal_one_unit_instances_use_plain_nuts_with_a_dense_mass_matrix():
     """On yacht the one-unit instances follow the output weight-bias ridge with a dense mass matrix, which
-    NUTS within Gibbs cannot adapt: plain NUTS on the marginal form (no collapsed hyper-latent sites)."""
+    NUTS within Gibbs cannot adapt: plain NUTS on the marginal form (no collapsed hyper-latent sites); the
+    N-GIG unit on diabetes, whose Gibbs run diverged, the same way (psi integrated out)."""
     for name in MARGINAL_ONE_UNIT:
         s = INSTANCES[name].sampler
-        assert (s.gibbs, s.full_mass, s.jit_compile, s.hierarchical, s.target_accept) == (
-            False, True, True, False, 0.99
-        ), name
+        assert (s.gibbs, s.full_mass, s.jit_compile, s.hierarchical) == (False, True, True, False), name
+        assert s.target_accept >= 0.99, name
     for name in ("cm-yacht-tanh-w1", "cmv-yacht-tanh-w1"):
         inst = INSTANCES[name]
         model, _, _ = build(inst.model, 6, 1, "regression", hidden=list(inst.hidden), **inst.options)
