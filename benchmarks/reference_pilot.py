@@ -4,7 +4,7 @@ on exactly the instance's model and rows before four chains are spent on it (an 
 Usage::
 
     python benchmarks/reference_pilot.py hs-bowtie-tanh --warmup 300 --samples 600 --target-accept 0.95 \\
-        --gibbs --interweave [--non-centered] [--seed 0]
+        --gibbs --interweave [--centered | --non-centered] [--seed 0]
 
 Prints, for every quantity a reference stores (``f`` and ``y`` at the test inputs, ``sigma``, the sorted unit
 norms, the horseshoe's shrinkage factors), the smallest and the median bulk ESS over its entries (ArviZ's
@@ -41,6 +41,8 @@ def _config(inst, a: argparse.Namespace):
     s = inst.sampler
     if a.gibbs and a.no_gibbs:
         raise ValueError("--gibbs and --no-gibbs cannot be combined")
+    if a.centered and a.non_centered:
+        raise ValueError("--centered and --non-centered cannot be combined")
     gibbs = False if a.no_gibbs else a.gibbs or s.gibbs
     return NUTSConfig(
         chains=1,
@@ -51,7 +53,7 @@ def _config(inst, a: argparse.Namespace):
         jit_compile=False if gibbs else s.jit_compile or a.no_gibbs,
         full_mass=False if gibbs else a.full_mass or s.full_mass,
         hierarchical=s.hierarchical,
-        centered=False if a.non_centered else s.centered,
+        centered=False if a.non_centered else True if a.centered else s.centered,
         gibbs=gibbs,
         interweave=a.interweave or s.interweave,
         seed=a.seed,
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-gibbs", action="store_true", help="plain NUTS on the prior's marginal form")
     p.add_argument("--full-mass", action="store_true", help="dense mass matrix (plain NUTS only)")
     p.add_argument("--interweave", action="store_true")
+    p.add_argument("--centered", action="store_true", help="sample the horseshoe's weights centered")
     p.add_argument("--non-centered", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)

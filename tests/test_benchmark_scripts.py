@@ -184,7 +184,8 @@ def test_reference_pilot_runs_one_chain(benchmark_script, capsys):
 
 def test_reference_pilot_sampler_overrides(benchmark_script):
     """``--no-gibbs`` runs a Gibbs instance as plain (JIT-compiled) NUTS, ``--full-mass`` adds the dense mass
-    matrix, and the two Gibbs flags together are refused."""
+    matrix, ``--centered`` / ``--non-centered`` pick the horseshoe's parameterization, and contradictory
+    flags are refused."""
     import argparse
 
     from zoo.reference.instances import get_instance
@@ -195,14 +196,19 @@ def test_reference_pilot_sampler_overrides(benchmark_script):
 
     def args(**kw):
         base = dict(warmup=None, samples=None, target_accept=None, gibbs=False, no_gibbs=False, seed=0)
-        flags = dict(full_mass=False, interweave=False, non_centered=False)
+        flags = dict(full_mass=False, interweave=False, centered=False, non_centered=False)
         return argparse.Namespace(**{**base, **flags, **kw})
 
     cfg = mod._config(inst, args())
     assert cfg.gibbs and not cfg.full_mass and not cfg.jit_compile
     cfg = mod._config(inst, args(no_gibbs=True, full_mass=True, target_accept=0.99))
     assert not cfg.gibbs and cfg.full_mass and cfg.jit_compile and cfg.target_accept == 0.99
+    assert cfg.centered is None  # as the instance is built
+    assert mod._config(inst, args(no_gibbs=True, centered=True)).centered is True
+    assert mod._config(inst, args(no_gibbs=True, non_centered=True)).centered is False
     with pytest.raises(ValueError, match="--no-gibbs"):
         mod._config(inst, args(gibbs=True, no_gibbs=True))
+    with pytest.raises(ValueError, match="--centered and --non-centered"):
+        mod._config(inst, args(centered=True, non_centered=True))
     with pytest.raises(SystemExit):
         mod.main(["hs-bowtie-tanh-w1", "--gibbs", "--no-gibbs"])

@@ -77,6 +77,11 @@ _BOWTIE = DataSpec("toy-bowtie", n_train=100)
 _CUBIC = DataSpec("toy-hs", n_test=50)
 _YACHT = DataSpec("uci:yacht", n_train=100)
 _DIABETES = DataSpec("diabetes", n_train=150)
+_YACHT_ROWS = "100 of 277 training rows"
+#: the plain horseshoe's yacht unit, sampled centered (pilots: no divergence, 3 times the non-centered step)
+_HS_YACHT = {"centered": True, "target_accept": 0.95}
+_DIABETES_ROWS = "150 of 398 rows"
+_NGIG_DIABETES = {"samples": 3000, "target_accept": 0.995}  # plain NUTS (the comment at the instance)
 _TOY221 = DataSpec("toy-hs-221", n_train=200)
 _WIDTH = (3,)
 _SHRUNK = "hidden 3; {}"
@@ -142,20 +147,22 @@ def _hs_tanh(
 
 
 def _one_unit(
-    name: str, model: str, data: DataSpec, rows: str, samples: int = 700, gibbs: bool = True, accept=0.99
+    name: str, model: str, data: DataSpec, rows: str, gibbs: bool = True, **sampler: Any
 ) -> ReferenceInstance:
-    """A ``*-w1`` instance: ``model``'s own prior on one tanh unit, 4 chains of 500 warm-up iterations and
-    ``samples`` draws: one unit leaves no choice of which units are on (module docstring).  NUTS within Gibbs
-    at target acceptance .95, or (``gibbs=False``) plain NUTS on the prior's marginal form (the collapsed
-    priors' hyper-latents integrated out, the horseshoe's inverse-gamma auxiliaries left out) with a dense
-    mass matrix at target acceptance ``accept`` (the comment at the instances)."""
+    """A ``*-tanh-w1`` instance: ``model``'s own prior on one tanh unit, 4 chains of 500 warm-up iterations
+    and 700 draws: one unit leaves no choice of which units are on (module docstring).  NUTS within Gibbs at
+    target acceptance .95, or (``gibbs=False``) plain NUTS on the prior's marginal form (the collapsed priors'
+    hyper-latents integrated out, the horseshoe's inverse-gamma auxiliaries left out) with a dense mass
+    matrix at target acceptance .99; ``sampler``: :class:`SamplerSettings` fields that differ."""
     if gibbs:
-        sampler = SamplerSettings(target_accept=0.95, samples=samples, jit_compile=False, gibbs=True)
+        base = SamplerSettings(target_accept=0.95, samples=700, jit_compile=False, gibbs=True)
     else:
-        sampler = SamplerSettings(target_accept=accept, samples=samples, full_mass=True)
+        base = SamplerSettings(target_accept=0.99, samples=700, full_mass=True)
     how = "NUTS within Gibbs" if gibbs else "NUTS on the marginal prior, dense mass"
+    how += ", sampled centered" if sampler.get("centered") else ""
     note = f"hidden 1, tanh unit, {how}; {rows}"
-    return _nuts(name, model, data, note, hidden=(1,), sampler=sampler, options=_TANH)
+    settings = dataclasses.replace(base, **sampler)
+    return _nuts(name, model, data, note, hidden=(1,), sampler=settings, options=_TANH)
 
 
 def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:
@@ -343,28 +350,21 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # (sigma 0.68, 4 divergences) but moved slowly (step size 0.0015, bulk ESS 2 of sigma and of the
         # unit norms in 600 draws; 1874 CPU s)
         _hs_tanh("hs-yacht-tanh", _YACHT, _TANH_NOTE.format("100 of 277 training rows"), hidden=_WIDTH),
-        # one tanh unit.  Pilots within Gibbs (300 + 600 at .95; bulk ESS per 600 draws of f / unit norm /
-        # kappa, no divergence): hs-bowtie 276 / 327 / 556, reghs-bowtie 242 / 160 / 497, ngig-bowtie 324 /
-        # 482, ngig-diabetes 93 / 42 (hence 2000 draws; the full run failed the gate: 23 divergences, R-hat
-        # 1.0106 on the unit norm, attempts.json; plain NUTS, dense mass, .99: 38 / 17 per 300 draws, no
-        # divergence, hence 3000 draws; at .99 the run passed but for 2 divergences in one chain, hence .995).
-        # On yacht (pilots of 300 + 300 at .95; bulk ESS per 300 draws of the unit norm / sigma) every row
-        # sits on the unit's saturated side (pre-activations -4 to -0.5), where v tanh(a) + c ~ (c - v) + 2 v
-        # exp(2a): the output weight and bias move together (correlation 0.9999 along a chain), a ridge a
-        # diagonal mass matrix follows slowly.  hs within Gibbs 10 / 57 (1.4 CPU-s per iteration), +
-        # interweaving 101 / 2 (7 divergences), + NUTS on beta 14 / 1 (184); cm within Gibbs 11 / 68, cm and
-        # cmv on the marginal prior 11 / 11 and 10 / 15.  Plain NUTS with a dense mass matrix follows it: cm
-        # 39 / 128 (step size 0.13, 0.1 CPU-s per iteration), hs 80 / 221 (0.02, 0.65 CPU-s); one divergence
-        # each, hence .99 and 1500 draws.  The hs run failed the gate (4502 s): one chain adapted a step size
-        # of 0.0006 (the others 0.007-0.011), R-hat 1.18 on f (attempts.json)
+        # one tanh unit (pilots, failed runs: benchmarks/RESULTS.md, attempts.json), within Gibbs on the
+        # bow-tie toy.  On yacht every row sits on the unit's saturated side, where v tanh(a) + c ~ (c - v) +
+        # 2 v exp(2a): output weight and bias move along a ridge only a dense mass matrix follows, hence plain
+        # NUTS on the marginal prior, the horseshoes centered (non-centered, hs failed: step size 0.0006;
+        # reghs at .95: 215 divergences in one chain).  ngig-diabetes: 23 divergences in Gibbs, 2 at .99
         _one_unit("hs-bowtie-tanh-w1", "hs-bnn", _BOWTIE, "100 of 270 training rows"),
         _one_unit("reghs-bowtie-tanh-w1", "reg-hs-bnn", _BOWTIE, "100 of 270 training rows"),
-        _one_unit("hs-yacht-tanh-w1", "hs-bnn", _YACHT, "100 of 277 training rows", 1500, gibbs=False),
-        _one_unit("reghs-yacht-tanh-w1", "reg-hs-bnn", _YACHT, "100 of 277 training rows", 1500, gibbs=False),
+        _one_unit("hs-yacht-tanh-w1", "hs-bnn", _YACHT, _YACHT_ROWS, False, **_HS_YACHT, samples=2500),
+        _one_unit(
+            "reghs-yacht-tanh-w1", "reg-hs-bnn", _YACHT, _YACHT_ROWS, False, centered=True, samples=3000
+        ),
         _one_unit("ngig-bowtie-tanh-w1", "ngig-bnn", _BOWTIE, "100 of 270 training rows"),
-        _one_unit("ngig-diabetes-tanh-w1", "ngig-bnn", _DIABETES, "150 of 398 rows", 3000, False, 0.995),
-        _one_unit("cm-yacht-tanh-w1", "cm-bnn", _YACHT, "100 of 277 training rows", 1500, gibbs=False),
-        _one_unit("cmv-yacht-tanh-w1", "cmv-bnn", _YACHT, "100 of 277 training rows", 1500, gibbs=False),
+        _one_unit("ngig-diabetes-tanh-w1", "ngig-bnn", _DIABETES, _DIABETES_ROWS, False, **_NGIG_DIABETES),
+        _one_unit("cm-yacht-tanh-w1", "cm-bnn", _YACHT, _YACHT_ROWS, False, samples=1500),
+        _one_unit("cmv-yacht-tanh-w1", "cmv-bnn", _YACHT, _YACHT_ROWS, False, samples=1500),
         _nuts(
             "gauss-bowtie",
             "mfvi-bnn",
