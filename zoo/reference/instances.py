@@ -339,7 +339,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
         ),
         # at target acceptance .95 (1769 s) one chain of four stalled at acceptance .45 with 109 divergences
         # (R-hat of f 1.072; attempts.json); hence .99
-        _gauss_tanh("gauss-yacht-tanh", _YACHT, "100 of 277 training rows", target_accept=0.99),
+        _gauss_tanh("gauss-yacht-tanh", _YACHT, _YACHT_ROWS, target_accept=0.99),
         # the paper's horseshoe on the same network: a unit's scale is shared by its 7 incoming entries (6
         # inputs and the bias) rather than the cubic toy's 2, so the data should pin it down better; they do
         # not: 4 x (500 + 1000) at .99 (two chain processes, 1276 s) — one chain stuck at acceptance .27 with
@@ -349,7 +349,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # divergences; 1550 CPU s); with NUTS on the standardized rows (centered=False) it fitted the data
         # (sigma 0.68, 4 divergences) but moved slowly (step size 0.0015, bulk ESS 2 of sigma and of the
         # unit norms in 600 draws; 1874 CPU s)
-        _hs_tanh("hs-yacht-tanh", _YACHT, _TANH_NOTE.format("100 of 277 training rows"), hidden=_WIDTH),
+        _hs_tanh("hs-yacht-tanh", _YACHT, _TANH_NOTE.format(_YACHT_ROWS), hidden=_WIDTH),
         # one tanh unit (pilots, failed runs: benchmarks/RESULTS.md, attempts.json), within Gibbs on the
         # bow-tie toy.  On yacht every row sits on the unit's saturated side, where v tanh(a) + c ~ (c - v) +
         # 2 v exp(2a): output weight and bias move along a ridge only a dense mass matrix follows, hence plain
@@ -374,7 +374,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             sampler=_SHORT,
             options=MFVI_UNSCALED,
         ),
-        _nuts("cm-yacht", "cm-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
+        _nuts("cm-yacht", "cm-bnn", _YACHT, _SHRUNK.format(_YACHT_ROWS), hidden=_WIDTH),
         # the collapsed priors (Tomczak et al. 2021, Table 4 defaults) on gauss-yacht-tanh's network and rows:
         # cm-yacht-tanh at .99 (1731 s): no divergence, but the chains sit in different predictive modes
         # (R-hat 1.74 on f, 1.61 on sigma), as cm-221's did; cmv-yacht-tanh likewise (1696 s, no divergence,
@@ -383,14 +383,14 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # 2938 s with another run on the same cores, step sizes 0.005-0.013, 26 divergences, R-hat 2.02 on f
         # and 2.75 on the unit norms (bulk ESS 5-6): the chains' predictive modes, not the scales, are what
         # NUTS cannot cross here
-        _tanh_net("cm-yacht-tanh", "cm-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
-        _tanh_net("cmv-yacht-tanh", "cmv-bnn", _YACHT, "100 of 277 training rows", {}, target_accept=0.99),
-        _nuts("cmv-yacht", "cmv-bnn", _YACHT, _SHRUNK.format("100 of 277 training rows"), hidden=_WIDTH),
+        _tanh_net("cm-yacht-tanh", "cm-bnn", _YACHT, _YACHT_ROWS, {}, target_accept=0.99),
+        _tanh_net("cmv-yacht-tanh", "cmv-bnn", _YACHT, _YACHT_ROWS, {}, target_accept=0.99),
+        _nuts("cmv-yacht", "cmv-bnn", _YACHT, _SHRUNK.format(_YACHT_ROWS), hidden=_WIDTH),
         _nuts(
             "gauss-yacht",
             "mfvi-bnn",
             _YACHT,
-            _SHRUNK.format("100 of 277 training rows"),
+            _SHRUNK.format(_YACHT_ROWS),
             hidden=_WIDTH,
             options=MFVI_UNSCALED,
         ),
@@ -398,7 +398,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "hs-yacht",
             "hs-bnn",
             _YACHT,
-            _SHRUNK.format("100 of 277 training rows"),
+            _SHRUNK.format(_YACHT_ROWS),
             hidden=_WIDTH,
             sampler=_HS,
         ),
@@ -406,7 +406,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "reghs-yacht",
             "reg-hs-bnn",
             _YACHT,
-            _SHRUNK.format("100 of 277 training rows"),
+            _SHRUNK.format(_YACHT_ROWS),
             hidden=_WIDTH,
             sampler=_HS,
         ),
