@@ -81,6 +81,7 @@ _YACHT_ROWS = "100 of 277 training rows"
 #: the plain horseshoe's yacht unit, sampled centered (pilots: no divergence, 3 times the non-centered step)
 _HS_YACHT = {"centered": True, "target_accept": 0.95}
 _DIABETES_ROWS = "150 of 398 rows"
+_BOWTIE_ROWS = "100 of 270 training rows"
 _NGIG_DIABETES = {"samples": 3000, "target_accept": 0.995}  # plain NUTS (the comment at the instance)
 _TOY221 = DataSpec("toy-hs-221", n_train=200)
 _WIDTH = (3,)
@@ -217,15 +218,13 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "gauss-cubic",
             "mfvi-bnn",
             _CUBIC,
-            _SHRUNK.format("50 of 400 test rows"),
+            _SHRUNK.format(_CUBIC_ROWS),
             hidden=_WIDTH,
             sampler=_SHORT,
             options=MFVI_UNSCALED,
         ),
-        _gauss_tanh("gauss-cubic-tanh", _CUBIC, "50 of 400 test rows"),
-        _nuts(
-            "hs-cubic", "hs-bnn", _CUBIC, _SHRUNK.format("50 of 400 test rows"), hidden=_WIDTH, sampler=_HS
-        ),
+        _gauss_tanh("gauss-cubic-tanh", _CUBIC, _CUBIC_ROWS),
+        _nuts("hs-cubic", "hs-bnn", _CUBIC, _SHRUNK.format(_CUBIC_ROWS), hidden=_WIDTH, sampler=_HS),
         _nuts("reghs-cubic", "reg-hs-bnn", _CUBIC, _SHRUNK.format(_CUBIC_ROWS), hidden=_WIDTH, sampler=_HS),
         # tanh units: no rescaling ridge between a unit's incoming and outgoing weights.  The Gaussian
         # network then mixes in function space (gauss-cubic-tanh at target acceptance .8: R-hat of f 1.003,
@@ -236,7 +235,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "reghs-cubic-tanh",
             "reg-hs-bnn",
             _CUBIC,
-            _TANH_NOTE.format("50 of 400 test rows"),
+            _TANH_NOTE.format(_CUBIC_ROWS),
             hidden=_WIDTH,
             sampler=_HS,
             options=_TANH,
@@ -300,11 +299,11 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "ngig-bowtie",
             "ngig-bnn",
             _BOWTIE,
-            _SHRUNK.format("100 of 270 training rows"),
+            _SHRUNK.format(_BOWTIE_ROWS),
             hidden=_WIDTH,
             scored=("ngig-bnn", "bowtie"),
         ),
-        _gauss_tanh("gauss-bowtie-tanh", _BOWTIE, "100 of 270 training rows"),
+        _gauss_tanh("gauss-bowtie-tanh", _BOWTIE, _BOWTIE_ROWS),
         # the N-GIG prior (the paper's inverse-gamma scales, Student-t(3) marginals, App. D.1 scaling) on
         # gauss-cubic-tanh's network and rows, sampled in the marginal form (psi integrated out; NGIGPrior):
         # 4 x (500 + 1000) at .99 (two chain processes, 1520 s) had no divergence but step sizes 0.0024-0.0049
@@ -317,7 +316,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # 600 draws, so four chains passing the gate would take about six CPU hours; not run.  With the
         # ancillary move of each layer's tau interleaved (interweave=True, the same pilot, 1819 CPU s): no
         # divergence but bulk ESS 29 of f and 1 of the unit norms — worse
-        _tanh_net("ngig-cubic-tanh", "ngig-bnn", _CUBIC, "50 of 400 test rows", {}, 0.99),
+        _tanh_net("ngig-cubic-tanh", "ngig-bnn", _CUBIC, _CUBIC_ROWS, {}, 0.99),
         # the paper's horseshoe where the data need every unit: two tanh units on the bow-tie toy (10 sin x1
         # against noise sd 0.7), sampled centered — the form that suits scales the data pin down. A one-chain
         # pilot (300 + 300) ran at step size 0.010 with no divergence (293 s); the full 4 x (500 + 1000) at
@@ -355,13 +354,13 @@ INSTANCES: dict[str, ReferenceInstance] = {
         # 2 v exp(2a): output weight and bias move along a ridge only a dense mass matrix follows, hence plain
         # NUTS on the marginal prior, the horseshoes centered (non-centered, hs failed: step size 0.0006;
         # reghs at .95: 215 divergences in one chain).  ngig-diabetes: 23 divergences in Gibbs, 2 at .99
-        _one_unit("hs-bowtie-tanh-w1", "hs-bnn", _BOWTIE, "100 of 270 training rows"),
-        _one_unit("reghs-bowtie-tanh-w1", "reg-hs-bnn", _BOWTIE, "100 of 270 training rows"),
+        _one_unit("hs-bowtie-tanh-w1", "hs-bnn", _BOWTIE, _BOWTIE_ROWS),
+        _one_unit("reghs-bowtie-tanh-w1", "reg-hs-bnn", _BOWTIE, _BOWTIE_ROWS),
         _one_unit("hs-yacht-tanh-w1", "hs-bnn", _YACHT, _YACHT_ROWS, False, **_HS_YACHT, samples=2500),
         _one_unit(
             "reghs-yacht-tanh-w1", "reg-hs-bnn", _YACHT, _YACHT_ROWS, False, centered=True, samples=3000
         ),
-        _one_unit("ngig-bowtie-tanh-w1", "ngig-bnn", _BOWTIE, "100 of 270 training rows"),
+        _one_unit("ngig-bowtie-tanh-w1", "ngig-bnn", _BOWTIE, _BOWTIE_ROWS),
         _one_unit("ngig-diabetes-tanh-w1", "ngig-bnn", _DIABETES, _DIABETES_ROWS, False, **_NGIG_DIABETES),
         _one_unit("cm-yacht-tanh-w1", "cm-bnn", _YACHT, _YACHT_ROWS, False, samples=1500),
         _one_unit("cmv-yacht-tanh-w1", "cmv-bnn", _YACHT, _YACHT_ROWS, False, samples=1500),
@@ -369,7 +368,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "gauss-bowtie",
             "mfvi-bnn",
             _BOWTIE,
-            _SHRUNK.format("100 of 270 training rows"),
+            _SHRUNK.format(_BOWTIE_ROWS),
             hidden=_WIDTH,
             sampler=_SHORT,
             options=MFVI_UNSCALED,
@@ -414,7 +413,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "hs-bowtie",
             "hs-bnn",
             _BOWTIE,
-            _SHRUNK.format("100 of 270 training rows"),
+            _SHRUNK.format(_BOWTIE_ROWS),
             hidden=_WIDTH,
             sampler=_HS,
         ),
@@ -422,7 +421,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "reghs-bowtie",
             "reg-hs-bnn",
             _BOWTIE,
-            _SHRUNK.format("100 of 270 training rows"),
+            _SHRUNK.format(_BOWTIE_ROWS),
             hidden=_WIDTH,
             sampler=_HS,
         ),
@@ -430,7 +429,7 @@ INSTANCES: dict[str, ReferenceInstance] = {
             "ngig-diabetes",
             "ngig-bnn",
             _DIABETES,
-            _SHRUNK.format("150 of 398 rows"),
+            _SHRUNK.format(_DIABETES_ROWS),
             hidden=_WIDTH,
         ),
     )
