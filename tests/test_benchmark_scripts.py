@@ -139,10 +139,10 @@ def test_lbbnn_guides_elbo_refuses_a_bad_or_existing_out_first(tmp_path, benchma
 
 
 def test_calibration_target_table_marks_what_is_outside(benchmark_script):
-    mod = benchmark_script("calibration")
+    mod = benchmark_script("_calibration_target")
 
-    def entry(model, dataset, cov, splits=5):
-        return {"model": model, "dataset": dataset, "coverage95": cov, "splits": splits}
+    def entry(model, dataset, cov, splits=5, sd=None):
+        return {"model": model, "dataset": dataset, "coverage95": cov, "splits": splits, "coverage95_sd": sd}
 
     summary = [
         entry("m", "yacht", 0.984, 10),
@@ -152,10 +152,42 @@ def test_calibration_target_table_marks_what_is_outside(benchmark_script):
         entry("n", "energy", 0.98),
     ]
     lines = mod.target_table(summary)
-    assert lines[2] == "| model | yacht | energy | kin8nm | inside |"
-    assert lines[4] == "| m | **0.984** (10) | 0.920 (5) | **0.919** (5) | 1/3 |"
-    assert lines[5] == "| n | – | 0.980 (5) | – | 1/1 |"
+    assert lines[2] == "| model | yacht | energy | kin8nm | inside | beyond |"
+    assert lines[4] == "| m | **0.984** (10) | 0.920 (5) | **0.919** (5) | 1/3 | 0 |"
+    assert lines[5] == "| n | – | 0.980 (5) | – | 1/1 | 0 |"
     assert mod.target_table([entry("m+x", "yacht", 0.95)]) == []
+    # with the splits' sd: the t half-width t(0.975, 9) sd / sqrt(10) = 2.2622 * 0.02 / 3.1623 = 0.0143;
+    # a cell is "beyond" only when its whole interval is outside the target
+    near, far = entry("m", "yacht", 0.99, 10, 0.02), entry("m", "energy", 0.90, 10, 0.02)
+    assert mod.split_interval(near) == pytest.approx(2.262157 * 0.02 / 10**0.5, rel=1e-5)
+    assert mod.split_interval(entry("m", "yacht", 0.99, 1, None)) is None
+    assert mod.target_table([near, far])[4] == (
+        "| m | **0.990** ± 0.014 (10) | **0.900** ± 0.014 (10) | 0/2 | 1 |"
+    )
+    # a replication on more splits is listed after the table, not mixed into it
+    wider = [entry("m", "yacht", 0.97, 20, 0.02), entry("m", "energy", 0.90, 10, 0.02)]
+    lines = mod.target_table([near, far], wider)
+    assert lines[4].startswith("| m | **0.990** ± 0.014 (10) |")
+    assert lines[-2] == "* m on yacht: 0.970 ± 0.009 (20)" and not any("on energy" in x for x in lines)
+
+
+def test_calibration_target_is_on_splits_0_to_9(tmp_path, benchmark_script):
+    """Rows of splits 10-19 enter the per-label table and the replication lines, not the target table."""
+    mod = benchmark_script("calibration")
+    rows = [
+        {"model": "m", "dataset": "yacht", "split": k, "coverage95": 0.99 if k < 10 else 0.93, "nll": 1.0,
+         "rmse": 1.0, "noise_ratio": 1.0, "epistemic_share": 0.1,
+         "coverage": {str(lv): lv for lv in mod.LEVELS}, "fit_seconds": 1.0}
+        for k in range(20)
+    ]  # fmt: skip
+    (tmp_path / "calibration.partial.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = mod.main(["--render-only", "--out", str(tmp_path)])
+    assert summary[0]["splits"] == 20 and summary[0]["coverage95"] == pytest.approx(0.96)
+    record = json.loads((tmp_path / "calibration.json").read_text())
+    assert record["target"][0]["splits"] == 10 and record["target"][0]["coverage95"] == pytest.approx(0.99)
+    text = (tmp_path / "calibration.md").read_text()
+    assert "| m | **0.990** ± 0.000 (10) | 0/1 | 1 |" in text
+    assert "* m on yacht: 0.960 ± 0.014 (20)" in text
 
 
 def test_reference_pilot_ess_summary(benchmark_script):

@@ -43,6 +43,7 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
     assert summary[0]["epistemic_share"] == pytest.approx(0.05)
     assert summary[0]["coverage"]["0.5"] == pytest.approx(0.51)
     assert summary[0]["fit_seconds"] == 1.0
+    assert summary[0]["coverage95_sd"] == pytest.approx(0.01 / 2**0.5)  # sample sd of 0.90 and 0.91
     # ordered by model, then the data sets' order (yacht before energy), whatever the rows' order
     assert [(e["model"], e["dataset"]) for e in mod.summarize(rows[::-1])] == [
         ("a", "yacht"), ("a", "energy"), ("b", "yacht"), ("b", "energy")
@@ -57,7 +58,8 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
     text = mod.markdown(summary, "cmd")
     assert "| – | – |" in text
     assert text.count("\n| a | yacht |") == 1 and text.count("\n| a | energy |") == 1 and "| 0.510 |" in text
-    assert "\n| a | **0.905** (2) | **0.905** (2) | 0/2 |" in text  # the target table, both outside
+    # the target table, both outside, within t(0.975, 1) sd / sqrt(2) = 0.0635 of their means
+    assert "\n| a | **0.905** ± 0.064 (2) | **0.905** ± 0.064 (2) | 0/2 | 0 |" in text
     (tmp_path / "calibration.partial.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")
     out = mod.main(["--render-only", "--out", str(tmp_path)])
     assert len(out) == 4
