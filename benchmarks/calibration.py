@@ -149,6 +149,8 @@ def fit_row(
         "train_spread": train_spread / train_mse,
         "mse_ratio": test_mse / train_mse,
         "fit_seconds": round(time.perf_counter() - t0, 2),
+        # best of several starts (zoo.experiments.starts): the start kept and every start's ELBO
+        **{k: v for k, v in run.metrics.items() if k.startswith("start")},
         **extra,
     }
 

@@ -50,9 +50,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from zoo.experiments.plugins import add_plugin_argument
 
-    p = OneLineParser(
-        prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro."
-    )
+    p = OneLineParser(prog="zoo", description="Sparse and shrinkage Bayesian neural networks on Pyro.")
     add_plugin_argument(p, dest="plugin_pre")
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", help="list the registered models")
@@ -127,6 +125,12 @@ def _add_fit(sub) -> None:
         metavar="K",
         help="fit K members (seeds seed + 10007 i) and combine them with ELBO weights (paper 000 §3.6); "
         "members go to DIR/member_i, the ensemble's metrics to DIR/metrics.json",
+    )
+    f.add_argument(
+        "--one-start",
+        action="store_true",
+        help="fit once from the guide's own initialization (an entry may fit from several starts and keep "
+        "the highest ELBO, e.g. lbbnn's LCRT: zoo.experiments.starts)",
     )
     f.add_argument("--jobs", type=int, default=1, help="worker processes for --ensemble members")
     f.add_argument(
@@ -227,7 +231,7 @@ def _check_nproc(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None
     if a.nproc > 1 and (a.ensemble > 1 or a.config.fit_options or get_entry(a.model).fit_fn is not None):
         parser.error(
             "argument --nproc: data-parallel fits go through zoo.infer.loop.fit: not with --ensemble, "
-            f"--inference nuts, or a model with its own fit function ({a.model})"
+            f"--inference nuts, --one-start, or a model with its own fit function ({a.model})"
         )
 
 
@@ -262,6 +266,9 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
         f"n_test={m['n_test']}): {_summary(m)}, elbo={m['elbo']:.6g}, {m['fit_seconds']:.1f}s "
         f"-> {paths['metrics'].parent}"
     )
+    if "starts" in m:
+        elbos = ", ".join(f"{m[f'start_elbo_{i}']:.6g}" for i in range(m["starts"]))
+        print(f"kept start {m['start']} of {m['starts']} (estimated ELBOs {elbos}; --one-start fits one)")
     if a.prune:
         print(
             f"projpred: kept {m['pp_units_kept']} of {m['pp_units_total']} units of {m['prune_layer']}; test "

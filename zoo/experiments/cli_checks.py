@@ -116,6 +116,7 @@ def run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
             data_dir=a.data_dir,
             options=a.options,
             guide_options=a.guide_options,
+            fit_options={"starts": [{}]} if a.one_start else {},
         )
     except (TypeError, ValueError) as e:
         parser.error(f"argument {_flag(e)}: {e}")

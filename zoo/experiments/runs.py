@@ -12,6 +12,7 @@ Used by ``zoo fit`` and ``zoo reproduce``.  Protocol conventions:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from zoo.eval import metrics
 from zoo.experiments.config import RunConfig
 from zoo.experiments.outputs import RunOutput, evaluate, score_predictions, train_set_metrics
 from zoo.experiments.registry import get_entry
+from zoo.experiments.starts import best_start, elbo_estimate, resolve_starts
 from zoo.infer.checkpoint import save
 from zoo.infer.loop import fit, resume
 from zoo.infer.optim import make_optimizer
@@ -162,7 +164,9 @@ def fit_on_dataset(
     ``{"stage_lrs": "short"}``); for entries fitted by :func:`zoo.infer.loop.fit` only ``accelerate``
     (``{"accelerate": "squarem"}``: SQUAREM on closed-form sweeps, :mod:`zoo.infer.accelerate`); for every
     entry ``standardize_y`` (a bool) overrides the entry's default of fitting standardized regression
-    targets (paper 000's bow-tie fits raw ones)."""
+    targets (paper 000's bow-tie fits raw ones), and ``starts`` (a list of guide-option mappings; ``[{}]``:
+    one fit) fits once per start and keeps the fit with the highest ELBO (:mod:`zoo.experiments.starts`;
+    default: the entry's ``fit_defaults["starts"]`` for the run's guide)."""
     cfg = resolve(RunConfig, config, kwargs)
     if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
         from zoo.experiments.nuts_runs import fit_nuts_on_dataset
@@ -174,33 +178,36 @@ def fit_on_dataset(
     # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
     standardize = check_bool("standardize_y", fit_options.pop("standardize_y", d.get("standardize_y", True)))
     loop_keys = {"accelerate", "noise_refit"}  # FitConfig settings a run may pass to zoo.infer.loop.fit
-    if entry.fit_fn is None and set(fit_options) - loop_keys:
+    if entry.fit_fn is None and set(fit_options) - loop_keys - {"starts"}:
         raise ValueError(
             f"fit_options: model {model!r} is fitted by zoo.infer.loop.fit, which takes only "
-            f"{sorted(loop_keys | {'standardize_y'})} here; got {sorted(cfg.fit_options)}"
+            f"{sorted(loop_keys | {'standardize_y', 'starts'})} here; got {sorted(cfg.fit_options)}"
         )
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     dev = resolve_device(cfg.device)
     xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=standardize)
+    starts = resolve_starts(fit_options, d, cfg.guide or entry.default_guide, cfg.guide_options)
+    fit_options.pop("starts", None)
     # the guide's random initialization happens at build time: seed it, so a fit does not depend on what
-    # ran before it in the same process (protocol workers run many fits each)
-    pyro.set_rng_seed(cfg.seed)
-    m, g, spec = cfg.build(model, ds)
+    # ran before it in the same process (protocol workers run many fits each); every start is built (its
+    # options checked) before any is fitted
+    builds = []
+    for start in starts:
+        pyro.set_rng_seed(cfg.seed)
+        builds.append(cfg.build(model, ds) if not start else _start_config(cfg, start).build(model, ds))
     fitter = entry.fit_fn or fit
-    fit_kwargs = _fit_kwargs(cfg, d, ds, dev)
-    result = fitter(
-        m,
-        g,
-        xtr,
-        ytr,
-        loss=_loss(d, m, g),
-        config={**extra, "dataset": ds.name, "split": cfg.split},
-        spec=spec,
-        **fit_kwargs,
-        **fit_options,
-    )
+    fits = []
+    for m, g, spec in builds:
+        fit_kwargs = _fit_kwargs(cfg, d, ds, dev)
+        config = {**extra, "dataset": ds.name, "split": cfg.split}
+        result = fitter(
+            m, g, xtr, ytr, loss=_loss(d, m, g), config=config, spec=spec, **fit_kwargs, **fit_options
+        )
+        fits.append((result, spec))
+    (result, spec), start_info = _choose_start(fits, xtr, ytr, cfg.seed)
     scores, pred = evaluate(result, ds, xte, yte, num_samples=cfg.num_samples, seed=cfg.seed)
     run = RunOutput(result, ds, _row(model, spec, ds, cfg, result, fit_kwargs["batch_size"], scores), pred)
+    run.metrics.update(start_info)
     if cfg.train_metrics:
         run.metrics.update(train_set_metrics(run, num_samples=cfg.num_samples))
     if entry.extra_metrics is not None:
@@ -208,6 +215,29 @@ def fit_on_dataset(
     if cfg.posttrain_steps:
         _posttrain(run, cfg, d, (xtr, ytr, xte, yte), entry.extra_metrics)
     return run
+
+
+def _start_config(cfg: RunConfig, start: Mapping[str, Any]) -> RunConfig:
+    """``cfg`` with the start's guide options laid over its own."""
+    return dataclasses.replace(cfg, guide_options={**cfg.guide_options, **start})
+
+
+def _choose_start(fits: list[tuple[FitResult, dict]], x, y, seed: int) -> tuple[tuple[FitResult, dict], dict]:
+    """The fit with the highest ELBO estimate (:mod:`zoo.experiments.starts`) and the row's record of the
+    choice: ``starts``, the chosen ``start``, every start's ``start_elbo_<i>`` (and standard error) and the
+    total ``fit_seconds``; one fit is returned as it is."""
+    if len(fits) == 1:
+        return fits[0], {}
+    est = []
+    for r, _ in fits:
+        with r.activate():  # the fit's own parameter-store scope
+            est.append(elbo_estimate(r.model, r.guide, x, y, r.loss, seed=seed))
+    best = best_start([e for e, _ in est])
+    info: dict[str, Any] = {"starts": len(fits), "start": best}
+    for i, (e, se) in enumerate(est):
+        info[f"start_elbo_{i}"], info[f"start_elbo_se_{i}"] = e, se
+    info["fit_seconds"] = round(sum(r.wall_time for r, _ in fits), 3)
+    return fits[best], info
 
 
 def _time_budget(seconds: float):
