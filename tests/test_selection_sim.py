@@ -170,7 +170,8 @@ def test_paper_rows_carry_the_reference_settings():
     np.testing.assert_allclose(list(lrs["train"].values()), 1e-3)
     lcrt = by["lbbnn-lcrt-paper"].kwargs
     assert "stage_lrs" not in lcrt["fit_options"] and lcrt["guide_options"] == PAPER_SELECTION_INIT
-    assert "fit_options" not in by["lbbnn-lcrt"].kwargs  # today's row keeps today's settings
+    # today's row keeps today's settings, from the paper's one start (not the entry's best of two)
+    assert by["lbbnn-lcrt"].kwargs["fit_options"] == {"starts": [{}]}
     assert by["lbbnn-lcrt"].kwargs["batch_size"] == 400
     old = {r.variant: r for r in PROTOCOLS["lbbnn-flow-selection"].runs([0])}
     assert old["lbbnn-flow-paper"].kwargs["batch_size"] == 360  # 1800 rows: still 5 batches per epoch

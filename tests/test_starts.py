@@ -167,3 +167,22 @@ def test_zoo_fit_reports_the_kept_start_and_one_start_fits_once(tmp_path, capsys
     one = json.loads((tmp_path / "one" / "metrics.json").read_text())
     assert "starts" not in one and "kept start" not in capsys.readouterr().out
     assert (one["rmse"] == two["rmse"]) == (two["start"] == 0)
+
+
+def test_bench_fits_every_row_from_one_start(tmp_path):
+    from zoo.experiments.bench import BenchPlan, parse_spec, run_fits
+    from zoo.experiments.suites import Budget, Suite
+
+    tiny = Suite(
+        name="tiny",
+        description="diabetes x 1 split, 4 hidden units (tests)",
+        datasets=("diabetes",),
+        splits=(0,),
+        hidden=(4,),
+        budget=Budget(steps=3, lr=1e-2, batch_size=None, cavi_sweeps=2, num_samples=5),
+    )
+    plan = BenchPlan(tiny, (parse_spec("lbbnn"),))
+    task = plan.tasks()[0]
+    assert task.config["fit_options"]["starts"] == [{}]
+    (row,) = run_fits(plan, tmp_path / "work", progress=False)["rows"]
+    assert row["guide"] == "lcrt" and "starts" not in row

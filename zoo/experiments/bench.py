@@ -12,7 +12,8 @@ Fit settings under a suite: the suite's hidden widths (``()`` for an entry whose
 none, a linear model); SVI guides get the budget's steps, learning rate and batch size, closed-form CAVI
 guides (a :class:`zoo.core.guide.ClosedFormGuide` with ``uses_gradients = False``) the budget's sweeps, full
 batch (a hybrid closed-form + gradient guide, e.g. the collapsed bound, counts as SVI).  Seed ``k`` of
-split ``s`` fits with seed ``s + 1000 k`` (seed 0 of split ``s`` is ``s``, as in ``zoo reproduce``).
+split ``s`` fits with seed ``s + 1000 k`` (seed 0 of split ``s`` is ``s``, as in ``zoo reproduce``).  Every
+fit runs from one start (``fit_options={"starts": [{}]}``), whatever starts the entry defaults to.
 """
 
 from __future__ import annotations
@@ -242,7 +243,9 @@ class BenchPlan:
             data_dir=self.data_dir,
             options=dict(st.get("options", spec.options)),
             guide_options=dict(spec.guide_options),
-            fit_options=dict(st.get("fit_options", {})),
+            # one start per fit: the budget is per fit, and an entry's default starts
+            # (zoo.experiments.starts) would multiply it for some rows only
+            fit_options={"starts": [{}], **st.get("fit_options", {})},
         )
         return cfg.to_dict()
 
