@@ -186,3 +186,19 @@ def test_bench_fits_every_row_from_one_start(tmp_path):
     assert task.config["fit_options"]["starts"] == [{}]
     (row,) = run_fits(plan, tmp_path / "work", progress=False)["rows"]
     assert row["guide"] == "lcrt" and "starts" not in row
+
+
+def test_a_closed_form_guide_is_compared_by_its_exact_elbo():
+    from zoo.experiments.runs import fit_on_dataset
+
+    kw = {"hidden": [], "steps": 5, "num_samples": 5, "progress": False}
+    run = fit_on_dataset("blr-cavi", "diabetes", **kw, fit_options={"starts": [{}, {}]})
+    m = run.metrics
+    assert m["starts"] == 2 and m["start"] == 0  # the same start twice: a tie, the first kept
+    assert m["start_elbo_se_0"] == 0.0 and m["start_elbo_0"] == m["start_elbo_1"]
+    r = run.result
+    xtr, ytr, *_ = fit_tensors(run.dataset, torch.device("cpu"), standardize_y=True)
+    with r.activate(), torch.no_grad():
+        assert m["start_elbo_0"] == pytest.approx(
+            float(r.guide.closed_form_elbo(r.model, xtr, ytr)), rel=1e-12
+        )

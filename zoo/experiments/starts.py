@@ -77,9 +77,16 @@ def elbo_estimate(
 ) -> tuple[float, float]:
     """``(mean, standard error)`` of ``particles`` draws of the ELBO (``−loss.loss``) on all of ``(x, y)``,
     under ``seed`` (the global RNG state is restored afterwards).  ``loss``: the fit's objective (a Pyro
-    ELBO; default ``Trace_ELBO``)."""
+    ELBO; default ``Trace_ELBO``).  A guide with an exact ELBO (``closed_form_elbo``, as the training loop
+    records for closed-form guides) gives it, with standard error 0."""
     if particles < 2:
         raise ValueError(f"particles must be at least 2, got {particles}")
+    exact = getattr(guide, "closed_form_elbo", None)
+    if callable(exact):
+        with torch.no_grad():
+            value = exact(model, x, y)
+        if value is not None:
+            return (float(value), 0.0) if math.isfinite(float(value)) else (-math.inf, math.inf)
     loss = Trace_ELBO() if loss is None else loss
     state = pyro.util.get_rng_state()
     try:
