@@ -152,7 +152,8 @@ def fit_on_dataset(
     ``progress``, ``num_samples``, ``data_dir``, ``options`` (model builder), ``guide_options``, ...).
 
     ``max_seconds``: a wall-clock training budget; the fit stops after the first step that ends past it
-    (``steps`` stays the cap) and the row records the steps done (``steps``) and ``epochs``.
+    (``steps`` stays the cap) and the row records the steps done (``steps``) and ``epochs``; with several
+    ``starts`` each start has the whole budget.
 
     ``posttrain_steps``: after scoring, freeze the guide's structure (``guide.freeze_structure()``: the
     LBBNN inclusion probabilities, paper 001 Algorithm 1 stage 3), train ``posttrain_steps`` more steps with
