@@ -195,7 +195,7 @@ def fit_on_dataset(
     builds = []
     for start in starts:
         pyro.set_rng_seed(cfg.seed)
-        builds.append(cfg.build(model, ds) if not start else _start_config(cfg, start).build(model, ds))
+        builds.append(_start_config(cfg, start).build(model, ds))
     fitter = entry.fit_fn or fit
     fits = []
     for m, g, spec in builds:
