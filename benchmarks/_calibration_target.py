@@ -13,9 +13,26 @@ TARGET = (0.92, 0.98)
 TARGET_SPLITS = range(10)
 
 
+def is_default(label: str) -> bool:
+    """Whether a report label is a registry default: no ``+`` (settings other than the defaults), and a
+    ``model:guide`` label only with the entry's default guide (``lbbnn:lcrt``, not ``lbbnn:mean-field``; a
+    model the registry does not know is taken at its label)."""
+    if "+" in label:
+        return False
+    model, _, guide = label.partition(":")
+    if not guide:
+        return True
+    from zoo.experiments.registry import get_entry
+
+    try:
+        return guide == get_entry(model).default_guide
+    except (KeyError, ValueError):
+        return True
+
+
 def default_labels(summary: list[dict]) -> list[str]:
-    """The labels of the report's default settings (no ``+``), sorted."""
-    return sorted(dict.fromkeys(e["model"] for e in summary if "+" not in e["model"]))
+    """The labels of the report's default settings (:func:`is_default`), sorted."""
+    return sorted(dict.fromkeys(e["model"] for e in summary if is_default(e["model"])))
 
 
 def split_interval(entry: dict) -> float | None:
@@ -43,9 +60,10 @@ def _cell(entry: dict) -> tuple[str, bool, bool]:
 
 
 def target_table(summary: list[dict], wider: list[dict] | None = None) -> list[str]:
-    """Markdown lines: coverage95 (Gauss) of every label without ``+`` on each data set, ± the half-width of
-    its split interval (:func:`split_interval`) and the number of splits, in bold where the mean is outside
-    :data:`TARGET`; how many data sets are inside, and how many are outside by more than the interval.
+    """Markdown lines: coverage95 (Gauss) of every default label (:func:`is_default`) on each data set, ± the
+    half-width of its split interval (:func:`split_interval`) and the number of splits, in bold where the mean
+    is outside :data:`TARGET`; how many data sets are inside, and how many are outside by more than the
+    interval.
 
     ``summary`` should hold the :data:`TARGET_SPLITS` only; ``wider`` (the summary over every split) adds a
     line for each default cell that has more splits there (a replication on further standard splits)."""

@@ -239,8 +239,8 @@ def _optional(entry: dict, key: str) -> str:
 
 
 def reliability_figure(summary: list[dict], path: Path) -> None:
-    """Coverage against nominal level, one panel per default model (labels without ``+``; all models if there
-    are none), one line per dataset."""
+    """Coverage against nominal level, one panel per default model (:func:`default_labels`; all models if
+    there are none), one line per dataset."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,34 +109,98 @@ def test_calibration_merges_committed_rows(tmp_path, benchmark_script):
     assert mod.merged_rows(tmp_path / "none.jsonl", tmp_path / "none.json") == []
 
 
-def _lbbnn_row(dataset, guide, elbo, fit):
-    return {"dataset": dataset, "split": 0, "guide": guide, "elbo": elbo, "nll": 1.0, "density": 0.5, **fit}
+def _guide_row(dataset, guide, elbo, fit):
+    return {
+        "dataset": dataset,
+        "split": 0,
+        "guide": guide,
+        "elbo_full": elbo,
+        "elbo_full_se": 0.25,
+        "nll": 1.0,
+        "coverage95": 0.95,
+        **fit,
+    }
 
 
-def test_lbbnn_guides_elbo_table_pairs_the_guides(benchmark_script):
-    mod = benchmark_script("lbbnn_guides_elbo")
+def test_guides_elbo_table_pairs_the_guides(benchmark_script):
+    mod = benchmark_script("guides_elbo")
     rows = [
-        _lbbnn_row("uci:yacht", "lcrt", 222.7, {"rmse": 0.53}),
-        _lbbnn_row("uci:yacht", "mean-field", -276.3, {"rmse": 4.6}),
-        _lbbnn_row("digits", "lcrt", -884.2, {"accuracy": 0.972}),
-        _lbbnn_row("digits", "mean-field", -993.1, {"accuracy": 0.972}),
-        _lbbnn_row("uci:energy", "lcrt", -84.0, {"rmse": 2.1}),  # no partner: left out
+        _guide_row("uci:yacht", "lcrt", 222.7, {"rmse": 0.53}),
+        _guide_row("uci:yacht", "mean-field", -276.3, {"rmse": 4.6}),
+        _guide_row("digits", "lcrt", -884.2, {"accuracy": 0.972}),
+        _guide_row("digits", "mean-field", -993.1, {"accuracy": 0.972}),
+        _guide_row("uci:energy", "lcrt", -84.0, {"rmse": 2.1}),  # no partner: left out
     ]
-    lines = mod.render(rows).splitlines()
+    lines = mod.render(rows, ["lcrt", "mean-field"]).splitlines()
     assert len(lines) == 4
-    assert lines[2].startswith("| uci:yacht | 0 | 222.7 | -276.3 | 0.53 | 4.6 |")
-    assert lines[3].startswith("| digits | 0 | -884.2 | -993.1 | 0.972 | 0.972 |")
+    assert lines[0].startswith("| dataset | split | ELBO lcrt | ELBO mean-field | RMSE / acc. lcrt |")
+    assert (
+        lines[2]
+        == "| uci:yacht | 0 | 222.7 ± 0.2 | -276.3 ± 0.2 | 0.53 | 4.6 | 1.000 | 1.000 | 0.950 | 0.950 |"
+    )
+    assert lines[3].startswith("| digits | 0 | -884.2 ± 0.2 | -993.1 ± 0.2 | 0.972 | 0.972 |")
+    three = mod.render(
+        rows[:2] + [_guide_row("uci:yacht", "mvn", 1.5, {"rmse": 0.7})], ["lcrt", "mean-field", "mvn"]
+    )
+    assert three.splitlines()[2].startswith(
+        "| uci:yacht | 0 | 222.7 ± 0.2 | -276.3 ± 0.2 | 1.5 ± 0.2 | 0.53 |"
+    )
 
 
-def test_lbbnn_guides_elbo_refuses_a_bad_or_existing_out_first(tmp_path, benchmark_script, monkeypatch):
-    mod = benchmark_script("lbbnn_guides_elbo")
-    monkeypatch.setattr(mod, "fit_row", lambda *a: pytest.fail("a fit ran before the --out check"))
+@pytest.mark.parametrize("name", ["guides_elbo", "lbbnn_guides_elbo"])
+def test_guides_elbo_refuses_bad_arguments_or_an_existing_out_first(
+    tmp_path, benchmark_script, monkeypatch, name
+):
+    mod = benchmark_script(name)
+    monkeypatch.setattr(
+        sys.modules["guides_elbo"] if name != "guides_elbo" else mod,
+        "fit_row",
+        lambda *a, **k: pytest.fail("a fit ran before the arguments were checked"),
+    )
     with pytest.raises(ValueError, match="--out must name a .json"):
         mod.main(["--out", str(tmp_path / "rows.txt")])
     (tmp_path / "rows.md").write_text("earlier table")
     with pytest.raises(ValueError, match="exists; pass --overwrite"):
         mod.main(["--out", str(tmp_path / "rows.json")])
     assert (tmp_path / "rows.md").read_text() == "earlier table"
+    for guides in (["normal"], ["normal", "normal"]):
+        with pytest.raises(ValueError, match="--guides must name at least two different guides"):
+            mod.main(["--model", "mfvi-bnn", "--guides", *guides])
+
+
+def test_guides_elbo_full_elbo_is_the_elbo_on_the_training_rows(benchmark_script):
+    """On the conjugate-family entry: the CAVI fit's full-data ELBO is its exact ELBO on the standardized
+    training rows (standard error 0); the autoguide's is a 32-draw mean that agrees with an independent
+    4000-draw ``Trace_ELBO`` within five standard errors; the rows carry both, the CAVI optimum above."""
+    import torch
+    from pyro.infer import Trace_ELBO
+
+    from zoo.data.tensors import fit_tensors
+    from zoo.experiments.runs import fit_on_dataset
+
+    mod = benchmark_script("guides_elbo")
+    kw = {"hidden": [], "num_samples": 5, "split": 0, "seed": 0, "progress": False}
+    fits = {
+        g: fit_on_dataset("blr-cavi", "diabetes", guide=g, steps=300, **kw).result for g in ("cavi", "normal")
+    }
+    xtr, ytr, *_ = fit_tensors(load_diabetes_split0(), torch.device("cpu"), standardize_y=True)
+    for guide, r in fits.items():
+        got, se = mod.full_elbo(r, load_diabetes_split0())
+        with r.activate(), torch.no_grad():
+            if guide == "cavi":
+                assert se == 0.0 and got == pytest.approx(float(r.guide.closed_form_elbo(r.model, xtr, ytr)))
+            else:
+                many = -float(Trace_ELBO(num_particles=4000).loss(r.model, r.guide, xtr, ytr))
+                assert 0.0 < se and abs(got - many) < 5 * se
+    rows = [mod.fit_row("blr-cavi", "diabetes", 0, g, steps=300, hidden=[], num_samples=5) for g in fits]
+    assert rows[0]["elbo_full_se"] == 0.0 and rows[1]["elbo_full"] < rows[0]["elbo_full"]
+    assert {"rmse", "nll", "coverage95", "fit_seconds", "elbo"} <= set(rows[1])
+
+
+def load_diabetes_split0():
+    from zoo.data.registry import load_dataset
+
+    return load_dataset("diabetes", 0)
 
 
 def test_calibration_target_table_marks_what_is_outside(benchmark_script):
@@ -156,6 +221,14 @@ def test_calibration_target_table_marks_what_is_outside(benchmark_script):
     assert lines[4] == "| m | **0.984** (10) | 0.920 (5) | **0.919** (5) | 1/3 | 0 |"
     assert lines[5] == "| n | – | 0.980 (5) | – | 1/1 | 0 |"
     assert mod.target_table([entry("m+x", "yacht", 0.95)]) == []
+    # a guide other than the entry's default is not a default either
+    assert (
+        mod.target_table([entry("lbbnn:mean-field", "yacht", 1.0), entry("hs-bnn:structured", "yacht", 0.97)])
+        == []
+    )
+    assert [ln.split(" |")[0] for ln in mod.target_table([entry("lbbnn:lcrt", "yacht", 0.97)])[4:5]] == [
+        "| lbbnn:lcrt"
+    ]
     # with the splits' sd: the t half-width t(0.975, 9) sd / sqrt(10) = 2.2622 * 0.02 / 3.1623 = 0.0143;
     # a cell is "beyond" only when its whole interval is outside the target
     near, far = entry("m", "yacht", 0.99, 10, 0.02), entry("m", "energy", 0.90, 10, 0.02)
