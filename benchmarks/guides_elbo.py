@@ -11,13 +11,14 @@ record.  Test RMSE (accuracy), NLL and 95 % coverage say whether the closer guid
 they need not agree when the model itself is misspecified.
 
 Each fit is the entry's default fit with ``--guide G`` (``zoo fit MODEL --guide G``) from one start, the
-guides compared from the same seed.  The LBBNN's default guide was chosen this way (``lcrt`` against
-``mean-field``; ``benchmarks/lbbnn_guides_elbo.py`` runs that comparison).
+guides compared from the same seed.  ``--plugin PATH_OR_MODULE`` loads a plugin's entries first, so a new
+guide (or model) is compared with the zoo's the same way.  The LBBNN's default guide was chosen this way
+(``lcrt`` against ``mean-field``; ``benchmarks/lbbnn_guides_elbo.py`` runs that comparison).
 
 Usage::
 
     ZOO_DATA_DIR=<data> python benchmarks/guides_elbo.py --model hs-bnn --guides factorized structured \\
-        --datasets uci:yacht --splits 0 1 2 --out benchmarks/results/hs-guides-elbo.json
+        --datasets uci:yacht --splits 0 1 2 --out benchmarks/results/hs-bnn-guides-elbo.json
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from zoo.data.tensors import fit_tensors  # noqa: E402
+from zoo.experiments.plugins import add_plugin_argument, load_cli_plugins  # noqa: E402
+from zoo.experiments.registry import get_entry  # noqa: E402
 from zoo.experiments.runs import fit_on_dataset  # noqa: E402
 from zoo.experiments.starts import elbo_estimate  # noqa: E402
 from zoo.io import atomic_write_text  # noqa: E402
@@ -69,11 +72,17 @@ def full_elbo(result, dataset, seed: int = 0) -> tuple[float, float]:
         return elbo_estimate(result.model, result.guide, xtr, ytr, result.loss, seed=seed)
 
 
-def check_args(out: Path | None, overwrite: bool, guides: list[str]) -> None:
-    """Checked before any fit: at least two distinct ``--guides``; ``--out`` names a ``.json`` file, and an
-    existing one (or its ``.md``) is replaced only with ``--overwrite``."""
+def check_args(out: Path | None, overwrite: bool, guides: list[str], model: str | None = None) -> None:
+    """Checked before any fit: at least two distinct ``--guides``, each a guide of ``model``'s registry
+    entry (when given); ``--out`` names a ``.json`` file, and an existing one (or its ``.md``) is replaced
+    only with ``--overwrite``."""
     if len(guides) < 2 or len(set(guides)) != len(guides):
         raise ValueError(f"--guides must name at least two different guides, got {guides}")
+    if model is not None:
+        known = list(get_entry(model).guides)  # an unknown model: ValueError naming it
+        unknown = [g for g in guides if g not in known]
+        if unknown:
+            raise ValueError(f"--guides: {model} has no guide {unknown[0]!r}; its guides: {', '.join(known)}")
     if out is None:
         return
     if out.suffix != ".json":
@@ -112,13 +121,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the entry's)")
     p.add_argument("--out", type=Path, default=None, help="JSON file for the rows (and a .md beside it)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    add_plugin_argument(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = parser().parse_args(argv)
-    check_args(a.out, a.overwrite, a.guides)
+    p = parser()
+    a = p.parse_args(argv)
+    load_cli_plugins(p, a.plugin)  # a broken plugin: exit 2 naming --plugin, before any fit
+    check_args(a.out, a.overwrite, a.guides, a.model)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     rows = []
     for ds in a.datasets:
