@@ -26,7 +26,7 @@ def is_default(label: str) -> bool:
 
     try:
         return guide == get_entry(model).default_guide
-    except (KeyError, ValueError):
+    except ValueError:  # not a registry entry
         return True
 
 

@@ -5,7 +5,7 @@ For one model and one data set, ``ELBO(q) = log p(D) − KL(q ‖ p(· | D))`` w
 every guide, so the difference of two guides' ELBOs is the difference of their KL divergences to the
 posterior, whatever their families (Blei, Kucukelbir & McAuliffe 2017, arXiv:1601.00670, §2.2).  The
 column ``elbo_full`` is that comparison: the mean of 32 draws of the entry's training objective on all
-training rows (:func:`zoo.experiments.starts.elbo_estimate`; ``elbo_full_se`` its standard error; the
+training rows (:func:`zoo.experiments.starts.fit_elbo`; ``elbo_full_se`` its standard error; the
 exact value for a closed-form guide).  ``elbo`` is the loop's last minibatch estimate, kept for the
 record.  Test RMSE (accuracy), NLL and 95 % coverage say whether the closer guide also predicts better;
 they need not agree when the model itself is misspecified.
@@ -38,7 +38,7 @@ from zoo.data.tensors import fit_tensors  # noqa: E402
 from zoo.experiments.plugins import add_plugin_argument, load_cli_plugins  # noqa: E402
 from zoo.experiments.registry import get_entry  # noqa: E402
 from zoo.experiments.runs import fit_on_dataset  # noqa: E402
-from zoo.experiments.starts import elbo_estimate  # noqa: E402
+from zoo.experiments.starts import fit_elbo  # noqa: E402
 from zoo.io import atomic_write_text  # noqa: E402
 
 KEEP = ("elbo", "rmse", "accuracy", "nll", "coverage95", "density", "fit_seconds")
@@ -68,8 +68,7 @@ def full_elbo(result, dataset, seed: int = 0) -> tuple[float, float]:
     """``(mean, standard error)`` of 32 draws of a fit's training objective on all of ``dataset``'s training
     rows as the fit saw them (standardized targets when the fit recorded their scale), under ``seed``."""
     xtr, ytr, *_ = fit_tensors(dataset, result.device, standardize_y="y_std" in result.config)
-    with result.activate():  # the fit's own parameter-store scope
-        return elbo_estimate(result.model, result.guide, xtr, ytr, result.loss, seed=seed)
+    return fit_elbo(result, xtr, ytr, seed=seed)
 
 
 def check_args(out: Path | None, overwrite: bool, guides: list[str], model: str | None = None) -> None:
@@ -95,8 +94,8 @@ def check_args(out: Path | None, overwrite: bool, guides: list[str], model: str 
 def render(rows: list[dict], guides: list[str]) -> str:
     """A markdown table: one line per data set and split with every guide's row, the guides side by side
     (ELBO ± standard error, RMSE or accuracy, NLL, coverage95); a line missing a guide is left out."""
-    cols = [("ELBO", None), ("RMSE / acc.", None), ("NLL", "nll"), ("cov95", "coverage95")]
-    head = "| dataset | split | " + " | ".join(f"{c} {g}" for c, _ in cols for g in guides) + " |"
+    cols = ("ELBO", "RMSE / acc.", "NLL", "cov95")
+    head = "| dataset | split | " + " | ".join(f"{c} {g}" for c in cols for g in guides) + " |"
     lines = [head, "|" + "---|" * (2 + len(cols) * len(guides))]
     keyed = {(r["dataset"], r["split"], r["guide"]): r for r in rows}
     for ds, split in dict.fromkeys((r["dataset"], r["split"]) for r in rows):
@@ -132,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     load_cli_plugins(p, a.plugin)  # a broken plugin: exit 2 naming --plugin, before any fit
     check_args(a.out, a.overwrite, a.guides, a.model)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    steps = {} if a.steps is None else {"steps": a.steps}
     rows = []
     for ds in a.datasets:
         for split in a.splits:
             for guide in a.guides:
-                steps = {} if a.steps is None else {"steps": a.steps}
                 rows.append(fit_row(a.model, ds, split, guide, **steps))
                 logging.info(json.dumps(rows[-1]))
     table = render(rows, a.guides)

@@ -34,7 +34,7 @@ from zoo.eval import metrics
 from zoo.experiments.config import RunConfig
 from zoo.experiments.outputs import RunOutput, evaluate, score_predictions, train_set_metrics
 from zoo.experiments.registry import get_entry
-from zoo.experiments.starts import best_start, elbo_estimate, resolve_starts
+from zoo.experiments.starts import best_start, fit_elbo, resolve_starts
 from zoo.infer.checkpoint import save
 from zoo.infer.loop import fit, resume
 from zoo.infer.optim import make_optimizer
@@ -231,8 +231,7 @@ def _choose_start(fits: list[tuple[FitResult, dict]], x, y, seed: int) -> tuple[
         return fits[0], {}
     est = []
     for r, _ in fits:
-        with r.activate():  # the fit's own parameter-store scope
-            est.append(elbo_estimate(r.model, r.guide, x, y, r.loss, seed=seed))
+        est.append(fit_elbo(r, x, y, seed=seed))
     best = best_start([e for e, _ in est])
     info: dict[str, Any] = {"starts": len(fits), "start": best}
     for i, (e, se) in enumerate(est):

@@ -27,7 +27,7 @@ import torch
 from pyro.infer import Trace_ELBO
 from torch import Tensor
 
-__all__ = ["ELBO_PARTICLES", "elbo_estimate", "resolve_starts", "best_start"]
+__all__ = ["ELBO_PARTICLES", "elbo_estimate", "fit_elbo", "resolve_starts", "best_start"]
 
 #: draws of the training objective per start (for the LBBNN on the UCI sets the standard error of 32 draws
 #: is 0.8-8 nats; two starts closer than a few of those are equally good fits by the objective)
@@ -100,6 +100,13 @@ def elbo_estimate(
     if not bool(torch.isfinite(draws).all()):
         return -math.inf, math.inf
     return float(draws.mean()), float(draws.std() / math.sqrt(particles))
+
+
+def fit_elbo(result, x: Tensor, y: Tensor | None, seed: int = 0) -> tuple[float, float]:
+    """:func:`elbo_estimate` of a finished fit (a :class:`zoo.infer.result.FitResult`: its model, guide and
+    training objective) inside the fit's own parameter-store scope."""
+    with result.activate():
+        return elbo_estimate(result.model, result.guide, x, y, result.loss, seed=seed)
 
 
 def best_start(elbos: Sequence[float]) -> int:
