@@ -79,6 +79,7 @@ OPTIONAL = (
     "predictive_scale",
     "coverage95_predictive",
     "nll_predictive",
+    "nll_mixture",
 )
 #: the held-out rows of split ``k`` are drawn with seed ``HOLDOUT_SEED + k`` (``--holdout``)
 HOLDOUT_SEED = 1000
@@ -129,10 +130,11 @@ def fit_row(
     if holdout:
         pred, extra = scale_noise(run.dataset, pred, y, factors["noise"], factors["predictive"])
     loc, scale = pred.loc.double().cpu().numpy(), pred.scale.double().cpu().numpy()
-    cov = interval_coverage(mixture_pit(y, loc, scale), LEVELS)
+    cov = interval_coverage(mixture_pit(y, loc, scale, df=pred.df), LEVELS)
     train_mse = float(np.mean((ytr - train.mean.reshape(-1).double().cpu().numpy()) ** 2))
     test_mse = float(np.mean((y - loc.mean(axis=0)) ** 2))
-    noise_var = float(np.mean(scale**2))
+    # a Student-t likelihood's draws carry its scale: the noise variance is scale^2 df / (df - 2)
+    noise_var = float(np.mean(scale**2)) * (1.0 if pred.df is None else pred.df / (pred.df - 2.0))
     epistemic = float(np.mean(np.var(loc, axis=0)))
     train_spread = float(np.mean(np.var(train.loc.double().cpu().numpy(), axis=0)))
     scores = extra.pop("scores", run.metrics)
@@ -142,6 +144,8 @@ def fit_row(
         "split": split,
         "rmse": scores["rmse"],
         "nll": scores["nll"],
+        # the NLL of the mixture over draws (for a Student-t likelihood the same as nll)
+        "nll_mixture": scores["nll_mixture"],
         "coverage95": scores["coverage95"],
         "coverage": {str(k): v for k, v in cov.items()},
         "noise_ratio": noise_var / train_mse,
@@ -296,6 +300,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         a.label = "holdout"
     if (a.options is not None or a.guide_options is not None or a.steps is not None) and not a.label:
         p.error("--options/--guide-options/--steps need --label (the rows must not mix with the defaults')")
+    if a.holdout and (a.options or {}).get("student_t_df") is not None:
+        p.error("--holdout scales a Gaussian noise; it does not take a Student-t likelihood (student_t_df)")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
     logging.basicConfig(level=logging.WARNING)

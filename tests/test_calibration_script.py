@@ -83,6 +83,27 @@ def test_options_need_a_label(tmp_path, capsys, benchmark_script):
         assert not list(tmp_path.iterdir())  # refused before anything is written
 
 
+def test_holdout_refuses_a_student_t_likelihood(tmp_path, capsys, benchmark_script):
+    mod = benchmark_script("calibration")
+    with pytest.raises(SystemExit):
+        mod.main(["--holdout", "0.2", "--options", '{"student_t_df": 4}', "--out", str(tmp_path)])
+    assert "student_t_df" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_student_t_row_reads_the_t_mixture(data_dir, monkeypatch, benchmark_script):
+    """A ``student_t_df`` row: its reliability diagram is the t mixture's PIT, its ``coverage95`` the same
+    mixture's central interval (zoo.experiments.outputs.score_predictions), so the two agree at 0.95."""
+    from zoo.experiments.registry import get_entry
+
+    mod = benchmark_script("calibration")
+    monkeypatch.setitem(get_entry("mfvi-bnn").fit_defaults, "steps", 60)
+    row = mod.fit_row("mfvi-bnn", "yacht", 0, options={"student_t_df": 4}, label="t4")
+    assert row["model"] == "mfvi-bnn+t4"
+    assert row["coverage"]["0.95"] == pytest.approx(row["coverage95"])
+    assert np.isfinite(row["nll"]) and row["noise_ratio"] > 0
+
+
 def test_holdout_dataset_moves_a_seeded_share(benchmark_script):
     from zoo.data.core import from_arrays
 

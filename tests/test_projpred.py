@@ -138,6 +138,10 @@ def test_refusals() -> None:
     res = fit(model, guide, x, (y > 0).float(), steps=1, progress=False)
     with pytest.raises(ValueError, match="Gaussian"):
         projpred_units(res, x, (y > 0).float())
+    model, guide, _ = build("mfvi-bnn", 4, 1, "regression", hidden=[3], seed=0, student_t_df=4)
+    res = fit(model, guide, x, y, steps=1, progress=False)
+    with pytest.raises(ValueError, match="Gaussian.*StudentTLikelihood"):
+        projpred_units(res, x, y)
 
 
 def test_cli_fit_prune_projpred_end_to_end(data_dir, tmp_path, capsys) -> None:

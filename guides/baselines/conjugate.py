@@ -53,6 +53,7 @@ def _check_model(model: BayesianModel) -> tuple[GaussianPrior, GaussianLikelihoo
         and isinstance(getattr(model, "prior", None), GaussianPrior)
         and isinstance(getattr(model, "likelihood", None), GaussianLikelihood)
         and model.likelihood.noise == "inverse_gamma"
+        and model.likelihood.conjugate_noise
     )
     if not ok:
         raise incompatible(

@@ -184,18 +184,32 @@ def gaussian_nll(y: Any, mean: Any, var: Any) -> float:
     return float(np.mean(0.5 * (_LOG_2PI + np.log(v) + (y_ - m) ** 2 / v)))
 
 
-def mixture_nll(y: Any, loc: Any, scale: Any) -> float:
+def _check_df(df: Any) -> float | None:
+    """``None`` (Gaussian) or the Student-t degrees of freedom, a finite number > 0."""
+    if df is None:
+        return None
+    if isinstance(df, bool) or not isinstance(df, (int, float)) or not math.isfinite(df) or df <= 0:
+        raise ValueError(f"`df` must be None or a finite number > 0, got {df!r}")
+    return float(df)
+
+
+def mixture_nll(y: Any, loc: Any, scale: Any, df: float | None = None) -> float:
     """NLL of the equally weighted Gaussian mixture predictive.
 
     ``-mean_n log( (1/S) sum_s N(y_n | loc[s, n], scale[s, n]^2) )`` with ``loc`` of shape ``(S,) + y.shape``
     and ``scale`` (a standard deviation) broadcastable to it, e.g. ``(S, 1)`` for one noise level per draw.
-    Computed with log-sum-exp.
+    With ``df``, each component is the Student-t of ``df`` degrees of freedom, location ``loc`` and scale
+    ``scale`` (a Student-t likelihood's predictive, :attr:`zoo.infer.predict.Predictions.df`).  Computed
+    with log-sum-exp.
     """
+    from scipy.stats import t as student_t
+
+    nu = _check_df(df)
     y_ = check_float_array("y", y, min_ndim=1)
     mu = check_draws("loc", loc, y_.shape)
     sd = _positive_broadcast("scale", scale, mu.shape, "the shape of `loc`")
     z = (y_[None, ...] - mu) / sd
-    logp = -0.5 * _LOG_2PI - np.log(sd) - 0.5 * z * z
+    logp = (-0.5 * _LOG_2PI - 0.5 * z * z if nu is None else student_t.logpdf(z, nu)) - np.log(sd)
     return nll_from_loglik(logp.reshape(mu.shape[0], -1))
 
 
@@ -262,14 +276,17 @@ def coverage_from_samples(y: Any, samples: Any, level: float = 0.95) -> float:
     return float(np.mean((y_ >= lo) & (y_ <= hi)))
 
 
-def mixture_pit(y: Any, loc: Any, scale: Any) -> np.ndarray:
+def mixture_pit(y: Any, loc: Any, scale: Any, df: float | None = None) -> np.ndarray:
     """Probability integral transform of ``y`` under the Gaussian mixture ``(1/S) sum_s N(loc_s, scale_s^2)``:
-    ``u_n = (1/S) sum_s Phi((y_n - loc_sn) / scale_sn)``, shape ``(N,)``.
+    ``u_n = (1/S) sum_s Phi((y_n - loc_sn) / scale_sn)``, shape ``(N,)`` (with ``df``: the Student-t
+    mixture, ``Phi`` replaced by the t's distribution function, as in :func:`mixture_nll`).
 
     For a calibrated predictive the ``u_n`` are uniform on (0, 1) (Dawid 1984; Gneiting, Balabdaoui &
     Raftery 2007, JRSS-B 69, §2.1); ``loc`` is ``(S, N)``, ``scale`` ``(S, N)`` or ``(S,)``.
     """
-    from scipy.special import ndtr
+    from scipy.special import ndtr, stdtr
+
+    nu = _check_df(df)
 
     y_ = check_float_array("y", y, min_ndim=1).reshape(-1)
     m = check_draws("loc", loc, y_.shape)
@@ -279,7 +296,8 @@ def mixture_pit(y: Any, loc: Any, scale: Any) -> np.ndarray:
     if sd.shape not in (m.shape, (m.shape[0], 1)):
         raise ValueError(f"`scale` has shape {sd.shape}, expected {m.shape} or ({m.shape[0]},)")
     check_positive_array("scale", sd)
-    return np.mean(ndtr((y_[None, :] - m) / sd), axis=0)
+    z = (y_[None, :] - m) / sd
+    return np.mean(ndtr(z) if nu is None else stdtr(nu, z), axis=0)
 
 
 def interval_coverage(pit: Any, levels: Any = (0.5, 0.8, 0.9, 0.95, 0.99)) -> dict[float, float]:

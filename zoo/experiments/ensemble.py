@@ -71,6 +71,9 @@ def combine_predictions(
         return Predictions(task, probs=probs.to(members[0].probs.dtype), extras={"weights": wt})
     if any(p.mean is None or p.var is None for p in members):
         raise ValueError("members: regression predictions need mean and var")
+    dfs = {p.df for p in members}
+    if len(dfs) != 1:
+        raise ValueError(f"members: mixed per-draw predictives (Student-t df {sorted(map(str, dfs))})")
     mean = sum(wk * p.mean.double() for wk, p in zip(wt, members))
     second = sum(wk * (p.var.double() + p.mean.double() ** 2) for wk, p in zip(wt, members))
     var = (second - mean**2).clamp_min(0)
@@ -84,7 +87,9 @@ def combine_predictions(
         chosen = [(p.loc[:c], p.scale[:c]) for p, c in zip(members, counts) if c > 0]
         locs = torch.cat([a for a, _ in chosen], 0)
         scales = torch.cat([b for _, b in chosen], 0)
-    return Predictions(task, mean=mean.to(dt), var=var.to(dt), loc=locs, scale=scales, extras={"weights": wt})
+    return Predictions(
+        task, mean=mean.to(dt), var=var.to(dt), loc=locs, scale=scales, extras={"weights": wt}, df=dfs.pop()
+    )
 
 
 @dataclass

@@ -33,19 +33,29 @@ class RunOutput:
 def score_predictions(dataset: Dataset, pred: Predictions, y_true: torch.Tensor | np.ndarray) -> dict:
     """Metrics of a predictive distribution against ``y_true`` (original target scale): regression RMSE,
     Gaussian NLL, mixture NLL over draws (when the draws are kept), 95 % coverage; classification accuracy,
-    NLL, ECE (10 bins)."""
+    NLL, ECE (10 bins).
+
+    ``nll`` and ``coverage95`` are those of the Gaussian with the predictive's mean and variance — except for
+    a Student-t likelihood's draws (``pred.df`` set, draws kept), whose moment-matched Gaussian is not the
+    model's predictive: there they are the Student-t mixture's NLL and the coverage of its central 95 %
+    interval (from the PIT, :func:`zoo.eval.metrics.mixture_pit`)."""
     y = y_true.detach().cpu().numpy() if torch.is_tensor(y_true) else np.asarray(y_true)
     out: dict = {}
     if dataset.task == "regression":
         mean, var = pred.mean.cpu().numpy(), pred.var.cpu().numpy()
         out["rmse"] = metrics.rmse(y, mean)
         out["nll"] = metrics.gaussian_nll(y, mean, var)
+        out["coverage95"] = metrics.coverage(y, mean, var, level=0.95)
         if pred.loc is not None and pred.scale is not None:
-            loc = pred.loc.cpu().numpy()
-            out["nll_mixture"] = metrics.mixture_nll(y, loc, pred.scale.cpu().numpy())
+            loc, scale = pred.loc.cpu().numpy(), pred.scale.cpu().numpy()
+            out["nll_mixture"] = metrics.mixture_nll(y, loc, scale, df=pred.df)
             out["rmse_draws"] = metrics.rmse_draws(y, loc)
             out["rmse_pointwise"] = metrics.rmse_pointwise(y, loc)
-        out["coverage95"] = metrics.coverage(y, mean, var, level=0.95)
+            if pred.df is not None:
+                flat = (loc.shape[0], -1)  # several outputs: every scalar target is a point
+                pit = metrics.mixture_pit(y.reshape(-1), loc.reshape(flat), scale.reshape(flat), df=pred.df)
+                out["nll"] = out["nll_mixture"]
+                out["coverage95"] = metrics.interval_coverage(pit, (0.95,))[0.95]
     else:
         probs = pred.probs.cpu().numpy()
         out["accuracy"] = metrics.accuracy(y, probs)

@@ -90,10 +90,11 @@ def final_squared_error(guide, model, x: Tensor, y: Tensor, draws: int) -> float
 
 
 def _noise_site(model) -> tuple[str, str, float, float] | None:
-    """``(noise kind, site, a0, b0)`` of a model's learned Gaussian noise, else ``None``."""
+    """``(noise kind, site, a0, b0)`` of a model's learned Gaussian noise, else ``None`` (also for a noise
+    without the conjugate update, e.g. a Student-t likelihood's)."""
     lik = getattr(model, "likelihood", None)
     kind = getattr(lik, "noise", None)
-    if getattr(lik, "task", None) != "regression" or kind not in _SITES:
+    if getattr(lik, "task", None) != "regression" or kind not in _SITES or not lik.conjugate_noise:
         return None
     return kind, _SITES[kind], float(lik.concentration), float(lik.rate)
 

@@ -36,7 +36,9 @@ class Predictions:
     """Posterior predictive summary.
 
     Regression: ``mean`` and ``var`` of ``y`` (shape ``(N,)`` or ``(N, k)``; noise included), per-draw
-    ``loc``/``scale`` ``(S, N)`` when ``keep_draws``, and joint ``samples`` ``(S, N)`` of ``y``.
+    ``loc``/``scale`` ``(S, N)`` when ``keep_draws``, and joint ``samples`` ``(S, N)`` of ``y``.  Each draw's
+    predictive is ``N(loc, scale^2)``, or the Student-t with ``df`` degrees of freedom, location ``loc`` and
+    scale ``scale`` when ``df`` is set (:class:`~zoo.core.likelihoods.StudentTLikelihood`).
     Classification: ``probs`` ``(N, K)`` (model-averaged), per-draw ``draw_probs`` ``(S, N, K)``.
     All on the original target scale when the fit recorded a target standardization.
     """
@@ -50,6 +52,7 @@ class Predictions:
     draw_probs: Tensor | None = None
     samples: Tensor | None = None
     extras: dict = field(default_factory=dict)
+    df: float | None = None
 
     @property
     def std(self) -> Tensor:
@@ -232,21 +235,31 @@ def _predict_regression(
     samples = (
         torch.empty((num_samples, *out_shape), dtype=x.dtype, device=x.device) if return_samples else None
     )
+    df = lik.predictive_df
+    # a draw's scale: its standard deviation (Gaussian) or the Student-t's scale, sd sqrt((df - 2) / df)
+    to_scale = 1.0 if df is None else math.sqrt((df - 2.0) / df)
     for s, r, f, latents, _ in iter_draws(result, x, *draws):
         loc, var = lik.predictive_moments(f, latents)
         s1[r] += loc.double().sum(0)
         s2[r] += (var.double() + loc.double() ** 2).sum(0)
         loc = loc * sd + mu
-        var = var * sd**2
+        scale = var.sqrt() * (sd * to_scale)
         if keep_draws:
             locs[s, r] = loc
-            scales[s, r] = var.sqrt()
+            scales[s, r] = scale
         if return_samples:
-            samples[s, r] = loc + var.sqrt() * torch.randn_like(loc)
+            noise = torch.randn_like(loc) if df is None else _student_t_noise(df, loc)
+            samples[s, r] = loc + scale * noise
     mean = s1 / num_samples
     var = (s2 / num_samples - mean**2).clamp_min(0)
     mean, var = (mean * sd + mu).to(x.dtype), (var * sd**2).to(x.dtype)
-    return Predictions(lik.task, mean=mean, var=var, loc=locs, scale=scales, samples=samples)
+    return Predictions(lik.task, mean=mean, var=var, loc=locs, scale=scales, samples=samples, df=df)
+
+
+def _student_t_noise(df: float, like: Tensor) -> Tensor:
+    """Standard Student-t draws of ``like``'s shape, dtype and device (torch's global generator)."""
+    nu = torch.tensor(df, dtype=like.dtype, device=like.device)
+    return torch.distributions.StudentT(nu).sample(like.shape)
 
 
 def _predict_classes(

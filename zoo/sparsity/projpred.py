@@ -223,8 +223,12 @@ def _check(result: Any, x: Tensor, y: Tensor) -> Any:
             "result: projpred unit pruning needs an MLP with a hidden layer and one output (a "
             "heteroscedastic likelihood's noise output counts)"
         )
-    if not isinstance(getattr(model, "likelihood", None), GaussianLikelihood):
-        raise ValueError("result: projpred unit pruning is implemented for Gaussian (regression) likelihoods")
+    lik = getattr(model, "likelihood", None)
+    if not isinstance(lik, GaussianLikelihood) or lik.predictive_df is not None:
+        raise ValueError(
+            "result: projpred unit pruning is implemented for Gaussian (regression) likelihoods, "
+            f"got {type(lik).__name__}"
+        )
     if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != arch.in_features:
         raise ValueError(f"x: expected a (N, {arch.in_features}) tensor of training inputs")
     if not isinstance(y, Tensor) or y.shape[0] != x.shape[0] or y.dim() != 1:

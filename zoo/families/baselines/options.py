@@ -13,7 +13,7 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR, check_student_t_df
 from zoo.core.validation import check_bool, check_optional, check_positive
 
 __all__ = ["MFVIOptions", "BLROptions", "MFVI_UNSCALED"]
@@ -47,6 +47,9 @@ class MFVIOptions(Config):
     ``heteroscedastic``: a second network output ``g`` per target and noise ``sigma^2 exp(g(x))``
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     :data:`MFVI_UNSCALED` holds the published baselines' options.
+    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
+    regression only).
     """
 
     weight_scale: float = 1.0
@@ -57,6 +60,7 @@ class MFVIOptions(Config):
     hierarchical_scale: bool = False
     activation: str = "relu"
     heteroscedastic: bool = False
+    student_t_df: float | None = None
 
     @property
     def scaled(self) -> bool:
@@ -67,6 +71,7 @@ class MFVIOptions(Config):
         check_optional("fan_in_scaling", self.fan_in_scaling, check_bool)
         check_bool("hierarchical_scale", self.hierarchical_scale)
         check_bool("heteroscedastic", self.heteroscedastic)
+        check_optional("student_t_df", self.student_t_df, check_student_t_df)
         for name in ("weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
         check_activation(self.activation)

@@ -15,8 +15,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
-from zoo.core.validation import check_bool, check_positive, check_probability
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR, check_student_t_df
+from zoo.core.validation import check_bool, check_optional, check_positive, check_probability
 
 __all__ = ["CollapsedOptions", "COLLAPSED_IG2_NOISE"]
 
@@ -41,6 +41,9 @@ class CollapsedOptions(Config):
     the reference instances use ``tanh``, as for ``mfvi-bnn``).
     ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
+    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
+    regression only).
     """
 
     gamma_scale: float = 1.0
@@ -54,10 +57,12 @@ class CollapsedOptions(Config):
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     activation: str = "relu"
     heteroscedastic: bool = False
+    student_t_df: float | None = None
 
     def validate(self) -> None:
         for name in ("fan_in_scaling", "learn_hyper", "heteroscedastic"):
             check_bool(name, getattr(self, name))
+        check_optional("student_t_df", self.student_t_df, check_student_t_df)
         for name in ("gamma_scale", "alpha", "beta", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
         check_probability("alpha_reg", self.alpha_reg, allow_one=True)

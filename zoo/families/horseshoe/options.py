@@ -16,8 +16,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR
-from zoo.core.validation import check_bool, check_positive
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR, check_student_t_df
+from zoo.core.validation import check_bool, check_optional, check_positive
 
 __all__ = ["HorseshoeOptions"]
 
@@ -35,6 +35,9 @@ class HorseshoeOptions(Config):
     nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`).
     ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
+    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
+    regression only).
     """
 
     regularized: bool = False
@@ -48,9 +51,11 @@ class HorseshoeOptions(Config):
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     activation: str = "relu"
     heteroscedastic: bool = False
+    student_t_df: float | None = None
 
     def validate(self) -> None:
         check_bool("heteroscedastic", self.heteroscedastic)
+        check_optional("student_t_df", self.student_t_df, check_student_t_df)
         for name in ("regularized", "centered"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

@@ -37,9 +37,9 @@ from guides.lbbnn.mvn import MVNLBBNNGuide
 from guides.lbbnn.training import fit_lbbnn_staged
 from zoo.core.architectures import MLP
 from zoo.core.config import Config, resolve
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR, make_likelihood
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR, check_student_t_df, make_likelihood, student_t_option
 from zoo.core.model import BayesianModel
-from zoo.core.validation import check_bool, check_positive, check_positive_int
+from zoo.core.validation import check_bool, check_optional, check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
 from zoo.eval.metrics import selection_rates
 from zoo.experiments.registry import ModelEntry, register
@@ -79,6 +79,9 @@ class LBBNNOptions(Config):
     App. C); classification ignores the noise options.  ``heteroscedastic``: input-dependent noise
     ``sigma^2 exp(g(x))`` from a second network output per target
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
+    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
+    regression only).
     """
 
     inclusion: float = 0.25
@@ -95,9 +98,11 @@ class LBBNNOptions(Config):
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     noise: str = "inverse_gamma"
     heteroscedastic: bool = False
+    student_t_df: float | None = None
 
     def validate(self) -> None:
         check_bool("heteroscedastic", self.heteroscedastic)
+        check_optional("student_t_df", self.student_t_df, check_student_t_df)
         if self.hyper not in HYPER_MODES:
             raise ValueError(f"hyper must be one of {HYPER_MODES}, got {self.hyper!r}")
         if self.noise not in NOISE_MODES:
@@ -125,7 +130,7 @@ def build_lbbnn(
     :class:`LBBNNOptions` (or a mapping of its fields), updated by keyword ``kwargs`` (the keyword form,
     e.g. ``build_lbbnn(..., hyper="fixed")``, keeps working); an unknown option is a ``ValueError``."""
     opts = resolve(LBBNNOptions, options, kwargs)
-    likelihood = make_likelihood(task, out_features, **_noise_options(opts))
+    likelihood = make_likelihood(task, out_features, df=student_t_option(task, opts), **_noise_options(opts))
     arch = MLP(in_features, hidden, likelihood.network_outputs)
     prior = SpikeSlabPrior.for_architecture(
         arch,
