@@ -153,6 +153,8 @@ def fit_row(
         "train_spread": train_spread / train_mse,
         "mse_ratio": test_mse / train_mse,
         "fit_seconds": round(time.perf_counter() - t0, 2),
+        # a Student-t likelihood's degrees of freedom (the fitted value when learned); None: Gaussian
+        "df": pred.df,
         # best of several starts (zoo.experiments.starts): the start kept and every start's ELBO
         **{k: v for k, v in run.metrics.items() if k.startswith("start")},
         **extra,
@@ -193,6 +195,8 @@ def summarize(rows: list[dict]) -> list[dict]:
         entry["coverage95_sd"] = statistics.stdev(r["coverage95"] for r in rs) if len(rs) > 1 else None
         for key in OPTIONAL:  # rows run before these diagnostics have none: the mean of all or nothing
             entry[key] = statistics.fmean(r[key] for r in rs) if all(key in r for r in rs) else None
+        dfs = [r.get("df") for r in rs]  # a Student-t likelihood's (mean fitted) degrees of freedom
+        entry["df"] = statistics.fmean(dfs) if all(d is not None for d in dfs) else None
         entry["coverage"] = {lv: statistics.fmean(r["coverage"][lv] for r in rs) for lv in rs[0]["coverage"]}
         out.append(entry)
     return out

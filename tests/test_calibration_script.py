@@ -55,6 +55,11 @@ def test_summary_report_and_figure(tmp_path, benchmark_script):
     assert both[0]["train_spread"] == pytest.approx(0.55) and both[0]["mse_ratio"] == pytest.approx(1.2)
     assert both[-1]["train_spread"] == pytest.approx(0.55) and both[-1]["mse_ratio"] is None
     assert "| 0.55 | 1.20 |" in mod.markdown(both, "cmd") and "| 0.55 | – |" in mod.markdown(both, "cmd")
+    # a Student-t row's degrees of freedom are averaged; Gaussian rows (df None) and older rows have none
+    assert summary[0]["df"] is None
+    t_rows = [{**r, "df": 3.0 + r["split"]} for r in rows]
+    assert mod.summarize(t_rows)[0]["df"] == pytest.approx(3.5)
+    assert mod.summarize([{**r, "df": None} for r in rows])[0]["df"] is None
     text = mod.markdown(summary, "cmd")
     assert "| – | – |" in text
     assert text.count("\n| a | yacht |") == 1 and text.count("\n| a | energy |") == 1 and "| 0.510 |" in text

@@ -165,6 +165,8 @@ def test_baseline_options_defaults_validation_and_builders():
         "hierarchical_scale": False,
         "activation": "relu",
         "heteroscedastic": False,
+        "student_t_df": None,
+        "student_t_learn_df": False,
     }
     tanh = _mfvi_build(1, 1, "regression", (3,), activation="tanh")
     x = torch.linspace(-2, 2, 7).unsqueeze(-1)

@@ -483,6 +483,8 @@ def test_collapsed_options_defaults_validation_and_builder():
         "noise_rate": 0.01,
         "activation": "relu",
         "heteroscedastic": False,
+        "student_t_df": None,
+        "student_t_learn_df": False,
     }
     for field, value, err in [
         ("activation", "swish", ValueError),

@@ -24,9 +24,6 @@ __all__ = [
     "IG2_NOISE_OPTIONS",
     "Likelihood",
     "GaussianLikelihood",
-    "StudentTLikelihood",
-    "check_student_t_df",
-    "student_t_option",
     "BernoulliLikelihood",
     "CategoricalLikelihood",
     "make_likelihood",
@@ -55,7 +52,7 @@ class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):
 
     task: str = ""
     #: degrees of freedom of each draw's predictive ``p(y | f, latents)`` when it is a location-scale
-    #: Student-t (:class:`StudentTLikelihood`); ``None``: Gaussian (or not a regression likelihood)
+    #: Student-t (:class:`~zoo.core.student_t.StudentTLikelihood`); ``None``: Gaussian (or not regression)
     predictive_df: float | None = None
     #: whether the noise variance's optimum given ``q(W)`` is the conjugate closed form of a Gaussian
     #: likelihood (:mod:`zoo.infer.noise`, the horseshoe guides' natural-gradient ``q(gamma)``)
@@ -270,55 +267,6 @@ class GaussianLikelihood(Likelihood):
         return loc, self._sigma2(latents, f) * torch.ones_like(loc)
 
 
-def check_student_t_df(name: str, value: object) -> float:
-    """A Student-t likelihood's degrees of freedom: a finite number > 2 (finite predictive variance)."""
-    df = check_positive(name, value)
-    if not df > 2.0:
-        raise ValueError(f"{name} must be > 2 (predictive variance sigma^2 df / (df - 2)), got {value!r}")
-    return df
-
-
-class StudentTLikelihood(GaussianLikelihood):
-    r"""``y ~ StudentT(df, f, sigma^2)``: the Gaussian likelihood's model (same noise site, prior and
-    ``heteroscedastic`` option) with a location-scale Student-t of fixed ``df`` in place of the normal, i.e.
-    ``y_n | lambda_n ~ N(f_n, sigma^2 lambda_n)`` with ``lambda_n ~ IG(df / 2, df / 2)`` marginalized
-    (Lange, Little & Taylor 1989, "Robust statistical modeling using the t distribution", JASA 84, §2).
-
-    Robust regression for targets whose errors are heavy-tailed: a few large residuals no longer set one
-    noise scale for every row, so the intervals of the bulk are not widened by them (yacht's residual
-    resistance, whose squared errors concentrate on the highest Froude numbers).  ``sigma^2`` is the t's
-    squared *scale*; the per-draw predictive variance is ``sigma^2 df / (df - 2)``, hence ``df > 2``.
-
-    The noise variance is not conjugate any more: the closed-form noise updates of the Gaussian
-    (:func:`zoo.infer.noise.refit_noise`, the horseshoe guides' natural-gradient ``q(gamma)``) do not apply
-    and the noise factor is learned by gradient with the rest of the guide.
-    """
-
-    conjugate_noise = False
-
-    def __init__(self, df: float = 4.0, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.predictive_df = check_student_t_df("df", df)
-
-    def config(self) -> dict:
-        return {**super().config(), "df": self.predictive_df}
-
-    def distribution(self, f: Tensor, latents: dict[str, Tensor]) -> dist.Distribution:
-        d = dist.StudentT(self.predictive_df, self._loc(f), self._sigma2(latents, f).sqrt())
-        return d.to_event(1) if self.out_features > 1 else d
-
-    def scaled_squared_error(self, f: Tensor, y: Tensor) -> Tensor:
-        raise ValueError(
-            "likelihood: a Student-t likelihood has no conjugate noise update (sum of squared errors); "
-            "learn the noise by gradient (the horseshoe guides: noise_update='gradient')"
-        )
-
-    def predictive_moments(self, f: Tensor, latents: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Per-draw predictive mean and variance, ``sigma^2 df / (df - 2)``."""
-        loc, s2 = super().predictive_moments(f, latents)
-        return loc, s2 * (self.predictive_df / (self.predictive_df - 2.0))
-
-
 class BernoulliLikelihood(Likelihood):
     """``y ~ Bernoulli(sigmoid(f))``, ``f`` of shape ``(..., N, 1)``."""
 
@@ -376,8 +324,8 @@ class CategoricalLikelihood(Likelihood):
 def make_likelihood(task: str, out_features: int = 1, df: float | None = None, **kwargs) -> Likelihood:
     """Default likelihood of a dataset task (``"regression"``, ``"binary"``, ``"multiclass"``); ``kwargs``
     are :class:`GaussianLikelihood`'s, ignored for classification except ``heteroscedastic=True`` and a
-    ``df``, which are a ``ValueError`` there.  ``df``: a :class:`StudentTLikelihood` with these degrees of
-    freedom instead of the Gaussian."""
+    ``df``, which are a ``ValueError`` there.  ``df``: a :class:`~zoo.core.student_t.StudentTLikelihood`
+    with these degrees of freedom instead of the Gaussian (``learn_df=True``: learned)."""
     out_features = check_positive_int("out_features", out_features)
     if task != "regression" and kwargs.get("heteroscedastic", False):
         raise ValueError(f"heteroscedastic=True needs a regression task, got task={task!r}")
@@ -385,7 +333,11 @@ def make_likelihood(task: str, out_features: int = 1, df: float | None = None, *
         raise ValueError(f"df (a Student-t likelihood) needs a regression task, got task={task!r}")
     if task == "regression":
         if df is not None:
+            from zoo.core.student_t import StudentTLikelihood
+
             return StudentTLikelihood(df=df, out_features=out_features, **kwargs)
+        if kwargs.pop("learn_df", False):
+            raise ValueError("learn_df=True needs a Student-t likelihood (df)")
         return GaussianLikelihood(out_features=out_features, **kwargs)
     if task == "binary":
         return BernoulliLikelihood()
@@ -394,25 +346,18 @@ def make_likelihood(task: str, out_features: int = 1, df: float | None = None, *
     raise ValueError(f"task must be 'regression', 'binary' or 'multiclass', got {task!r}")
 
 
-def student_t_option(task: str, opts: object) -> float | None:
-    """A family options object's ``student_t_df`` (``None`` when it has none); a ``ValueError`` naming it
-    for a classification task."""
-    df = getattr(opts, "student_t_df", None)
-    if df is not None and task != "regression":
-        raise ValueError(f"student_t_df: a Student-t likelihood needs a regression task, got task={task!r}")
-    return df
-
-
 def options_likelihood(task: str, out_features: int, noise: str, opts: object) -> Likelihood:
     """:func:`make_likelihood` from a family's options object: its ``noise_concentration``/``noise_rate``
     are the prior of the ``noise`` site (``"inverse_gamma"`` or ``"gamma"``), its ``heteroscedastic`` (if it
     has one) the input-dependent noise of :class:`GaussianLikelihood`, its ``student_t_df`` (if it has one
-    and it is not ``None``) a :class:`StudentTLikelihood`.  Build the network with
-    ``out_features=likelihood.network_outputs``."""
+    and it is not ``None``) a :class:`~zoo.core.student_t.StudentTLikelihood`, learned with
+    ``student_t_learn_df``.  Build the network with ``out_features=likelihood.network_outputs``."""
+    from zoo.core.student_t import student_t_options
+
     return make_likelihood(
         task,
         out_features,
-        df=student_t_option(task, opts),
+        **student_t_options(task, opts),
         noise=noise,
         concentration=opts.noise_concentration,
         rate=opts.noise_rate,

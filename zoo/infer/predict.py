@@ -38,7 +38,7 @@ class Predictions:
     Regression: ``mean`` and ``var`` of ``y`` (shape ``(N,)`` or ``(N, k)``; noise included), per-draw
     ``loc``/``scale`` ``(S, N)`` when ``keep_draws``, and joint ``samples`` ``(S, N)`` of ``y``.  Each draw's
     predictive is ``N(loc, scale^2)``, or the Student-t with ``df`` degrees of freedom, location ``loc`` and
-    scale ``scale`` when ``df`` is set (:class:`~zoo.core.likelihoods.StudentTLikelihood`).
+    scale ``scale`` when ``df`` is set (:class:`~zoo.core.student_t.StudentTLikelihood`).
     Classification: ``probs`` ``(N, K)`` (model-averaged), per-draw ``draw_probs`` ``(S, N, K)``.
     All on the original target scale when the fit recorded a target standardization.
     """

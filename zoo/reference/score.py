@@ -132,7 +132,8 @@ def fit_settings(model: str, instance: ReferenceInstance) -> tuple[dict[str, Any
 
         ngig = NGIGOptions.from_dict(instance.options).to_dict()
         ngig.pop("activation")  # no hidden layer: no activation is applied
-        if not ngig.pop("heteroscedastic"):  # the bow-tie's noise is homoscedastic
+        gaussian = ngig.pop("student_t_df") is None and not ngig.pop("student_t_learn_df")
+        if not ngig.pop("heteroscedastic") and gaussian:  # the bow-tie's noise is homoscedastic Gaussian
             return ngig, {"standardize_y": True}, True
     return {}, {}, False
 

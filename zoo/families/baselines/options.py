@@ -13,7 +13,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR, check_student_t_df
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
+from zoo.core.student_t import check_student_t_df
 from zoo.core.validation import check_bool, check_optional, check_positive
 
 __all__ = ["MFVIOptions", "BLROptions", "MFVI_UNSCALED"]
@@ -48,8 +49,8 @@ class MFVIOptions(Config):
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     :data:`MFVI_UNSCALED` holds the published baselines' options.
     ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
-    regression only).
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
+    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
     """
 
     weight_scale: float = 1.0
@@ -61,6 +62,7 @@ class MFVIOptions(Config):
     activation: str = "relu"
     heteroscedastic: bool = False
     student_t_df: float | None = None
+    student_t_learn_df: bool = False
 
     @property
     def scaled(self) -> bool:
@@ -72,6 +74,7 @@ class MFVIOptions(Config):
         check_bool("hierarchical_scale", self.hierarchical_scale)
         check_bool("heteroscedastic", self.heteroscedastic)
         check_optional("student_t_df", self.student_t_df, check_student_t_df)
+        check_bool("student_t_learn_df", self.student_t_learn_df)
         for name in ("weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
         check_activation(self.activation)

@@ -12,7 +12,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR, check_student_t_df
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR
+from zoo.core.student_t import check_student_t_df
 from zoo.core.validation import check_optional, check_positive
 from zoo.families.bowtie.prior import check_gig_params
 
@@ -95,8 +96,8 @@ class NGIGOptions(Config):
     nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`; the paper's network is ReLU, the
     reference instance ``ngig-cubic-tanh`` uses ``tanh``, whose units have no rescaling symmetry).
     ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
-    regression only).
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
+    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
     """
 
     nu_glob: float = -1.5
@@ -111,12 +112,14 @@ class NGIGOptions(Config):
     noise_rate: float = WEAK_NOISE_PRIOR[1]
     heteroscedastic: bool = False
     student_t_df: float | None = None
+    student_t_learn_df: bool = False
     activation: str = "relu"
 
     def validate(self) -> None:
         _check_bool("scale_with_architecture", self.scale_with_architecture)
         _check_bool("heteroscedastic", self.heteroscedastic)
         check_optional("student_t_df", self.student_t_df, check_student_t_df)
+        _check_bool("student_t_learn_df", self.student_t_learn_df)
         check_activation(self.activation)
         for name in ("bias_scale", "noise_concentration", "noise_rate"):
             check_positive(name, _check_real(name, getattr(self, name)))

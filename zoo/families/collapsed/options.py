@@ -15,7 +15,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR, check_student_t_df
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
+from zoo.core.student_t import check_student_t_df
 from zoo.core.validation import check_bool, check_optional, check_positive, check_probability
 
 __all__ = ["CollapsedOptions", "COLLAPSED_IG2_NOISE"]
@@ -42,8 +43,8 @@ class CollapsedOptions(Config):
     ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
-    regression only).
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
+    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
     """
 
     gamma_scale: float = 1.0
@@ -58,11 +59,13 @@ class CollapsedOptions(Config):
     activation: str = "relu"
     heteroscedastic: bool = False
     student_t_df: float | None = None
+    student_t_learn_df: bool = False
 
     def validate(self) -> None:
         for name in ("fan_in_scaling", "learn_hyper", "heteroscedastic"):
             check_bool(name, getattr(self, name))
         check_optional("student_t_df", self.student_t_df, check_student_t_df)
+        check_bool("student_t_learn_df", self.student_t_learn_df)
         for name in ("gamma_scale", "alpha", "beta", "noise_concentration", "noise_rate"):
             check_positive(name, getattr(self, name))
         check_probability("alpha_reg", self.alpha_reg, allow_one=True)

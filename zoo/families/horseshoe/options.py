@@ -16,7 +16,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR, check_student_t_df
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR
+from zoo.core.student_t import check_student_t_df
 from zoo.core.validation import check_bool, check_optional, check_positive
 
 __all__ = ["HorseshoeOptions"]
@@ -36,8 +37,8 @@ class HorseshoeOptions(Config):
     ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
-    regression only).
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
+    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
     """
 
     regularized: bool = False
@@ -52,10 +53,12 @@ class HorseshoeOptions(Config):
     activation: str = "relu"
     heteroscedastic: bool = False
     student_t_df: float | None = None
+    student_t_learn_df: bool = False
 
     def validate(self) -> None:
         check_bool("heteroscedastic", self.heteroscedastic)
         check_optional("student_t_df", self.student_t_df, check_student_t_df)
+        check_bool("student_t_learn_df", self.student_t_learn_df)
         for name in ("regularized", "centered"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

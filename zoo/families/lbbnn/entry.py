@@ -37,8 +37,9 @@ from guides.lbbnn.mvn import MVNLBBNNGuide
 from guides.lbbnn.training import fit_lbbnn_staged
 from zoo.core.architectures import MLP
 from zoo.core.config import Config, resolve
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR, check_student_t_df, make_likelihood, student_t_option
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR, make_likelihood
 from zoo.core.model import BayesianModel
+from zoo.core.student_t import check_student_t_df, student_t_options
 from zoo.core.validation import check_bool, check_optional, check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
 from zoo.eval.metrics import selection_rates
@@ -80,8 +81,8 @@ class LBBNNOptions(Config):
     ``sigma^2 exp(g(x))`` from a second network output per target
     (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.likelihoods.StudentTLikelihood`;
-    regression only).
+    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
+    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
     """
 
     inclusion: float = 0.25
@@ -99,10 +100,12 @@ class LBBNNOptions(Config):
     noise: str = "inverse_gamma"
     heteroscedastic: bool = False
     student_t_df: float | None = None
+    student_t_learn_df: bool = False
 
     def validate(self) -> None:
         check_bool("heteroscedastic", self.heteroscedastic)
         check_optional("student_t_df", self.student_t_df, check_student_t_df)
+        check_bool("student_t_learn_df", self.student_t_learn_df)
         if self.hyper not in HYPER_MODES:
             raise ValueError(f"hyper must be one of {HYPER_MODES}, got {self.hyper!r}")
         if self.noise not in NOISE_MODES:
@@ -130,7 +133,7 @@ def build_lbbnn(
     :class:`LBBNNOptions` (or a mapping of its fields), updated by keyword ``kwargs`` (the keyword form,
     e.g. ``build_lbbnn(..., hyper="fixed")``, keeps working); an unknown option is a ``ValueError``."""
     opts = resolve(LBBNNOptions, options, kwargs)
-    likelihood = make_likelihood(task, out_features, df=student_t_option(task, opts), **_noise_options(opts))
+    likelihood = make_likelihood(task, out_features, **student_t_options(task, opts), **_noise_options(opts))
     arch = MLP(in_features, hidden, likelihood.network_outputs)
     prior = SpikeSlabPrior.for_architecture(
         arch,
