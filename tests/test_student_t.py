@@ -10,7 +10,8 @@ import pytest
 import torch
 from scipy import integrate, stats
 
-from zoo.core.likelihoods import GaussianLikelihood, make_likelihood
+from zoo.core.likelihood_options import task_likelihood
+from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.student_t import StudentTLikelihood, check_student_t_df
 from zoo.eval import metrics
 from zoo.eval.diagnostics import to_inference_data
@@ -53,7 +54,7 @@ def test_bad_types_and_tasks_are_refused_before_training():
         with pytest.raises(ValueError, match="student_t_df.*regression"):
             build(name, 2, 1, "binary", hidden=[4], student_t_df=4.0)
     with pytest.raises(ValueError, match="regression"):
-        make_likelihood("multiclass", 3, df=4.0)
+        task_likelihood("multiclass", 3, df=4.0)
     with pytest.raises(ValueError, match="no conjugate noise update"):
         StudentTLikelihood(df=4.0).scaled_squared_error(torch.zeros(3, 1), torch.zeros(3))
 
@@ -264,7 +265,7 @@ def test_learning_needs_a_start_and_a_bool():
     with pytest.raises(TypeError, match="learn_df"):
         StudentTLikelihood(df=4.0, learn_df=1)
     with pytest.raises(ValueError, match="learn_df"):
-        make_likelihood("regression", 1, learn_df=True)
+        task_likelihood("regression", 1, learn_df=True)
 
 
 def test_a_checkpoint_restores_the_learned_df(tmp_path):

@@ -35,6 +35,7 @@ _API: dict[str, str] = {
     "GaussianPrior": "zoo.core.gaussian",
     "Likelihood": "zoo.core.likelihoods",
     "GaussianLikelihood": "zoo.core.likelihoods",
+    "StudentTLikelihood": "zoo.core.student_t",
     "BernoulliLikelihood": "zoo.core.likelihoods",
     "CategoricalLikelihood": "zoo.core.likelihoods",
     "make_likelihood": "zoo.core.likelihoods",

@@ -27,7 +27,6 @@ __all__ = [
     "BernoulliLikelihood",
     "CategoricalLikelihood",
     "make_likelihood",
-    "options_likelihood",
 ]
 
 #: ``(concentration, rate)`` of the zoo's default noise prior for **standardized** regression targets:
@@ -321,45 +320,18 @@ class CategoricalLikelihood(Likelihood):
         return torch.softmax(f, dim=-1)
 
 
-def make_likelihood(task: str, out_features: int = 1, df: float | None = None, **kwargs) -> Likelihood:
+def make_likelihood(task: str, out_features: int = 1, **kwargs) -> Likelihood:
     """Default likelihood of a dataset task (``"regression"``, ``"binary"``, ``"multiclass"``); ``kwargs``
-    are :class:`GaussianLikelihood`'s, ignored for classification except ``heteroscedastic=True`` and a
-    ``df``, which are a ``ValueError`` there.  ``df``: a :class:`~zoo.core.student_t.StudentTLikelihood`
-    with these degrees of freedom instead of the Gaussian (``learn_df=True``: learned)."""
+    are :class:`GaussianLikelihood`'s, ignored for classification except ``heteroscedastic=True``, which
+    is a ``ValueError`` there.  A Student-t instead of the Gaussian:
+    :func:`zoo.core.likelihood_options.task_likelihood`."""
     out_features = check_positive_int("out_features", out_features)
     if task != "regression" and kwargs.get("heteroscedastic", False):
         raise ValueError(f"heteroscedastic=True needs a regression task, got task={task!r}")
-    if task != "regression" and df is not None:
-        raise ValueError(f"df (a Student-t likelihood) needs a regression task, got task={task!r}")
     if task == "regression":
-        if df is not None:
-            from zoo.core.student_t import StudentTLikelihood
-
-            return StudentTLikelihood(df=df, out_features=out_features, **kwargs)
-        if kwargs.pop("learn_df", False):
-            raise ValueError("learn_df=True needs a Student-t likelihood (df)")
         return GaussianLikelihood(out_features=out_features, **kwargs)
     if task == "binary":
         return BernoulliLikelihood()
     if task == "multiclass":
         return CategoricalLikelihood(out_features)
     raise ValueError(f"task must be 'regression', 'binary' or 'multiclass', got {task!r}")
-
-
-def options_likelihood(task: str, out_features: int, noise: str, opts: object) -> Likelihood:
-    """:func:`make_likelihood` from a family's options object: its ``noise_concentration``/``noise_rate``
-    are the prior of the ``noise`` site (``"inverse_gamma"`` or ``"gamma"``), its ``heteroscedastic`` (if it
-    has one) the input-dependent noise of :class:`GaussianLikelihood`, its ``student_t_df`` (if it has one
-    and it is not ``None``) a :class:`~zoo.core.student_t.StudentTLikelihood`, learned with
-    ``student_t_learn_df``.  Build the network with ``out_features=likelihood.network_outputs``."""
-    from zoo.core.student_t import student_t_options
-
-    return make_likelihood(
-        task,
-        out_features,
-        **student_t_options(task, opts),
-        noise=noise,
-        concentration=opts.noise_concentration,
-        rate=opts.noise_rate,
-        heteroscedastic=getattr(opts, "heteroscedastic", False),
-    )

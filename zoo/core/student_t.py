@@ -1,6 +1,6 @@
-"""The Student-t observation model ``y ~ t_df(f, sigma^2)`` (:class:`StudentTLikelihood`) and the families'
-``student_t_df`` / ``student_t_learn_df`` options; the Gaussian it extends is
-:class:`zoo.core.likelihoods.GaussianLikelihood`."""
+"""The Student-t observation model ``y ~ t_df(f, sigma^2)`` (:class:`StudentTLikelihood`); the Gaussian it
+extends is :class:`zoo.core.likelihoods.GaussianLikelihood`, the families' options that choose it are read
+by :mod:`zoo.core.likelihood_options`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch import Tensor
 from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.validation import check_bool, check_positive
 
-__all__ = ["StudentTLikelihood", "check_student_t_df", "student_t_options"]
+__all__ = ["StudentTLikelihood", "check_student_t_df"]
 
 
 def check_student_t_df(name: str, value: object) -> float:
@@ -80,18 +80,3 @@ class StudentTLikelihood(GaussianLikelihood):
         loc, s2 = super().predictive_moments(f, latents)
         df = self.predictive_df
         return loc, s2 * (df / (df - 2.0))
-
-
-def student_t_options(task: str, opts: object) -> dict:
-    """:func:`make_likelihood`'s ``df`` and ``learn_df`` from a family options object's ``student_t_df`` and
-    ``student_t_learn_df`` (``{}`` when it has neither set); a ``ValueError`` naming the option for a
-    classification task, or for ``student_t_learn_df`` without ``student_t_df``."""
-    df = getattr(opts, "student_t_df", None)
-    learn = bool(getattr(opts, "student_t_learn_df", False))
-    if learn and df is None:
-        raise ValueError("student_t_learn_df: learning the degrees of freedom needs student_t_df (its start)")
-    if df is None:
-        return {}
-    if task != "regression":
-        raise ValueError(f"student_t_df: a Student-t likelihood needs a regression task, got task={task!r}")
-    return {"df": df, "learn_df": learn}

@@ -13,7 +13,8 @@ from guides.flows.weightspace import weight_space_factory
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
 from zoo.core.gaussian import GaussianPrior
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, GaussianLikelihood, options_likelihood
+from zoo.core.likelihood_options import options_likelihood
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS, GaussianLikelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import FIXED_5000_STEPS, MINIBATCH_SVI_DEFAULTS, ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol

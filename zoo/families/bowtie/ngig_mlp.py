@@ -26,7 +26,7 @@ from guides.autoguides import autoguide_factory
 from guides.flows.weightspace import weight_space_factory
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
-from zoo.core.likelihoods import options_likelihood
+from zoo.core.likelihood_options import options_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import MINIBATCH_SVI_DEFAULTS, ModelEntry, register
 from zoo.families.bowtie.options import NGIGOptions

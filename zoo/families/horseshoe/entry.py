@@ -30,7 +30,7 @@ from guides.horseshoe.structured import StructuredHorseshoeGuide
 from guides.horseshoe.tied import TiedHorseshoeGuide
 from zoo.core.architectures import MLP
 from zoo.core.config import resolve
-from zoo.core.likelihoods import options_likelihood
+from zoo.core.likelihood_options import options_likelihood
 from zoo.core.model import BayesianModel
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol

@@ -37,9 +37,10 @@ from guides.lbbnn.mvn import MVNLBBNNGuide
 from guides.lbbnn.training import fit_lbbnn_staged
 from zoo.core.architectures import MLP
 from zoo.core.config import Config, resolve
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR, make_likelihood
+from zoo.core.likelihood_options import student_t_options, task_likelihood
+from zoo.core.likelihoods import WEAK_NOISE_PRIOR
 from zoo.core.model import BayesianModel
-from zoo.core.student_t import check_student_t_df, student_t_options
+from zoo.core.student_t import check_student_t_df
 from zoo.core.validation import check_bool, check_optional, check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
 from zoo.eval.metrics import selection_rates
@@ -133,7 +134,7 @@ def build_lbbnn(
     :class:`LBBNNOptions` (or a mapping of its fields), updated by keyword ``kwargs`` (the keyword form,
     e.g. ``build_lbbnn(..., hyper="fixed")``, keeps working); an unknown option is a ``ValueError``."""
     opts = resolve(LBBNNOptions, options, kwargs)
-    likelihood = make_likelihood(task, out_features, **student_t_options(task, opts), **_noise_options(opts))
+    likelihood = task_likelihood(task, out_features, **student_t_options(task, opts), **_noise_options(opts))
     arch = MLP(in_features, hidden, likelihood.network_outputs)
     prior = SpikeSlabPrior.for_architecture(
         arch,
