@@ -42,7 +42,11 @@ class StudentTLikelihood(GaussianLikelihood):
     ``learn_df=True`` makes ``df`` (started at ``df``) a model parameter, ``PyroParam`` constrained to
     ``(2, inf)``, which the fit sets by maximizing the ELBO: a type-II maximum-likelihood (empirical Bayes)
     estimate of the tail weight, as the EM estimate of Lange, Little & Taylor (1989, §3) is for the plain
-    model.  Errors close to Gaussian then move it up, heavy tails keep it small.
+    model.  Errors close to Gaussian then move it up, heavy tails keep it small.  Use with care: with both
+    the scale and ``df`` free the likelihood is unbounded as ``sigma -> 0`` with small ``df`` (Fernández &
+    Steel 1999, "Multivariate Student-t regression models: pitfalls and inference", Biometrika 86,
+    153–167), and a network that reproduces some rows almost exactly can approach that boundary and stop
+    fitting the rest (``mfvi-bnn`` on the energy set); a fixed ``df`` has no such boundary.
     """
 
     conjugate_noise = False
