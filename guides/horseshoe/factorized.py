@@ -120,10 +120,11 @@ class HorseshoeGuide(
         self.register_buffer("ref_zero", torch.zeros((), dtype=prior.b0.dtype, device=prior.b0.device))
         lik = model.likelihood
         self.noise = lik.noise if isinstance(lik, GaussianLikelihood) else None
-        if self.noise == "gamma" and noise_update == "natural" and not lik.conjugate_noise:
+        conjugate = lik.conjugate_noise or lik.weighted_noise_update
+        if self.noise == "gamma" and noise_update == "natural" and not conjugate:
             raise ValueError(
-                f"noise_update: the natural-gradient q(gamma) needs a Gaussian likelihood's conjugate noise, "
-                f"got {type(lik).__name__}; use noise_update='gradient'"
+                f"noise_update: the natural-gradient q(gamma) needs a conjugate (Gaussian or Student-t) "
+                f"noise update, got {type(lik).__name__}; use noise_update='gradient'"
             )
         self._noise_prior = (float(lik.concentration), float(lik.rate)) if self.noise else None
         for i, layer in enumerate(self.layers):

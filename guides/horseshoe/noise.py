@@ -8,7 +8,11 @@ standard coordinate-ascent update, e.g. Bishop 2006, §10.1.3; Blei, Kucukelbir 
 
     a* = a0 + N O / 2,        b* = b0 + E_q(W)[ sum_n ||y_n - f(W, x_n)||^2 ] / 2,
 
-with ``N`` training rows and ``O`` outputs sharing one precision.  ``noise_update="natural"`` (the default)
+with ``N`` training rows and ``O`` outputs sharing one precision.  Under a Student-t likelihood
+(:class:`zoo.core.student_t.StudentTLikelihood`, a scale mixture of normals) each squared error carries the
+weight ``(df + 1) / (df + E[gamma] z_n)`` of its mixing variable (Tipping & Lawrence 2005, §3), so ``b*``
+depends on ``E[gamma] = a / b``: the steps use the current ``q(gamma)``, the final update solves the fixed
+point (:func:`zoo.infer.noise.weighted_noise_rate`).  ``noise_update="natural"`` (the default)
 applies it as the stochastic natural-gradient step of Hoffman, Blei, Wang & Paisley (2013, "Stochastic
 variational inference", JMLR 14, Eq. 25) after every gradient step: the natural parameters ``(a - 1, -b)``
 move a fraction ``rho_t = t^-kappa`` (``kappa`` = :data:`NOISE_STEP_POWER`, Robbins-Monro for
@@ -39,7 +43,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroParam
 from torch import Tensor
 
-from zoo.infer.noise import expected_squared_error, final_squared_error
+from zoo.infer.noise import expected_squared_error, final_squared_error, residual_draws, weighted_noise_rate
 from zoo.ops.transforms import inv_softplus
 
 __all__ = [
@@ -102,7 +106,13 @@ class HorseshoeNoiseMixin:
         if self.noise != "gamma" or self.noise_update != "natural" or y is None:
             return
         _, b0 = self._noise_prior
-        self.noise_rate_final.fill_(b0 + 0.5 * final_squared_error(self, model, x, y, NOISE_FINAL_DRAWS))
+        lik = model.likelihood
+        if lik.weighted_noise_update:  # a Student-t: the fixed point in E[gamma] on one set of draws
+            z = residual_draws(self, model, x, y, NOISE_FINAL_DRAWS)
+            b = weighted_noise_rate(lik, z, float(self.noise_conc), b0, float(self.noise_rate))
+        else:
+            b = b0 + 0.5 * final_squared_error(self, model, x, y, NOISE_FINAL_DRAWS)
+        self.noise_rate_final.fill_(b)
         self.noise_final.fill_(1.0)
 
     def closed_form_begin(self) -> None:
@@ -119,7 +129,9 @@ class HorseshoeNoiseMixin:
         outputs = 1 if y.dim() == 1 else y.shape[-1]
         rho = self.noise_step()
         a_hat = a0 + 0.5 * x.shape[0] * outputs
-        b_hat = b0 + 0.5 * expected_squared_error(self, model, x, y, subsample)
+        # a Student-t likelihood weighs each squared error by (df + 1) / (df + E[gamma] z) at the current q
+        precision = self.noise_conc / self.noise_rate
+        b_hat = b0 + 0.5 * expected_squared_error(self, model, x, y, subsample, precision)
         self.noise_conc.mul_(1.0 - rho).add_(rho * a_hat)
         self.noise_rate.mul_(1.0 - rho).add_(rho * b_hat.to(self.noise_rate.dtype))
         self.noise_steps.add_(1.0)

@@ -56,6 +56,10 @@ class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):
     #: whether the noise variance's optimum given ``q(W)`` is the conjugate closed form of a Gaussian
     #: likelihood (:mod:`zoo.infer.noise`, the horseshoe guides' natural-gradient ``q(gamma)``)
     conjugate_noise: bool = False
+    #: whether that optimum is conjugate once each squared error carries a weight that depends on the
+    #: current ``E_q[precision]`` (a scale mixture of normals: :meth:`noise_weights`, the Student-t), so that
+    #: the update is a fixed point (the horseshoe guides' natural-gradient ``q(gamma)``)
+    weighted_noise_update: bool = False
 
     @property
     def network_outputs(self) -> int:
@@ -236,13 +240,24 @@ class GaussianLikelihood(Likelihood):
         d = dist.Normal(self._loc(f), self._sigma2(latents, f).sqrt())
         return d.to_event(1) if self.out_features > 1 else d
 
-    def scaled_squared_error(self, f: Tensor, y: Tensor) -> Tensor:
-        """``sum_n ||y_n - f_n||^2 exp(-g_n)`` over the rows of ``f`` (``exp(-g) = 1`` when homoscedastic):
-        the data's term in the conjugate update of ``sigma^2`` (:mod:`zoo.infer.noise`)."""
+    def squared_residuals(self, f: Tensor, y: Tensor) -> Tensor:
+        """``z_no = (y_no - f_no)^2 exp(-g_no)`` element by element (``exp(-g) = 1`` when homoscedastic)."""
         loc = self._loc(f)
         r2 = (y.reshape(loc.shape).to(loc.dtype) - loc).pow(2)
         g = self._log_factor(f)
-        return (r2 if g is None else r2 * (-g).exp()).sum()
+        return r2 if g is None else r2 * (-g).exp()
+
+    def noise_weights(self, z: Tensor, precision: Tensor | float | None = None) -> Tensor | float:
+        """The weight of each squared error ``z`` in the noise update: 1 for a Gaussian (``precision``
+        unused); see :meth:`zoo.core.student_t.StudentTLikelihood.noise_weights`."""
+        return 1.0
+
+    def scaled_squared_error(self, f: Tensor, y: Tensor, precision: Tensor | float | None = None) -> Tensor:
+        """``sum_n w_n ||y_n - f_n||^2 exp(-g_n)`` over the rows of ``f`` (``exp(-g) = 1`` when homoscedastic,
+        ``w_n`` = :meth:`noise_weights`, 1 here): the data's term in the conjugate update of ``sigma^2``
+        (:mod:`zoo.infer.noise`)."""
+        z = self.squared_residuals(f, y)
+        return (self.noise_weights(z, precision) * z).sum()
 
     def validate_targets(self, y: Tensor) -> None:
         """Finite real targets of shape ``(N,)`` (one output) or ``(N, out_features)``."""

@@ -35,9 +35,11 @@ class StudentTLikelihood(GaussianLikelihood):
     resistance, whose squared errors concentrate on the highest Froude numbers).  ``sigma^2`` is the t's
     squared *scale*; the per-draw predictive variance is ``sigma^2 df / (df - 2)``, hence ``df > 2``.
 
-    The noise variance is not conjugate any more: the closed-form noise updates of the Gaussian
-    (:func:`zoo.infer.noise.refit_noise`, the horseshoe guides' natural-gradient ``q(gamma)``) do not apply
-    and the noise factor is learned by gradient with the rest of the guide.
+    The noise variance is not conjugate any more, but it is given the mixing variables ``lambda_n``: the
+    horseshoe guides' natural-gradient ``q(gamma)`` weighs each squared error by ``E[1 / lambda_n]``
+    (:meth:`noise_weights`, a fixed point in ``E[precision]``).  The other families learn the noise factor
+    by gradient with the rest of the guide, and the exact refit of a Gaussian noise factor after the last
+    step (:func:`zoo.infer.noise.refit_noise`) is skipped (``conjugate_noise = False``).
 
     ``learn_df=True`` makes ``df`` (started at ``df``) a model parameter, ``PyroParam`` constrained to
     ``(2, inf)``, which the fit sets by maximizing the ELBO: a type-II maximum-likelihood (empirical Bayes)
@@ -50,6 +52,7 @@ class StudentTLikelihood(GaussianLikelihood):
     """
 
     conjugate_noise = False
+    weighted_noise_update = True
 
     def __init__(self, df: float = 4.0, learn_df: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -73,11 +76,26 @@ class StudentTLikelihood(GaussianLikelihood):
         d = dist.StudentT(self.df.to(scale.dtype), self._loc(f), scale)
         return d.to_event(1) if self.out_features > 1 else d
 
-    def scaled_squared_error(self, f: Tensor, y: Tensor) -> Tensor:
-        raise ValueError(
-            "likelihood: a Student-t likelihood has no conjugate noise update (sum of squared errors); "
-            "learn the noise by gradient (the horseshoe guides: noise_update='gradient')"
-        )
+    def noise_weights(self, z: Tensor, precision: Tensor | float | None = None) -> Tensor:
+        r"""``E_q[1 / lambda_n] = (df + 1) / (df + E_q[precision] z_n)``: the weight of the squared error
+        ``z_n`` in the noise update.
+
+        In the scale mixture of the class docstring, ``y_n | lambda_n ~ N(f_n, lambda_n / precision)`` with
+        ``lambda_n ~ IG(df / 2, df / 2)``, the noise precision is conjugate given the ``lambda_n`` and each
+        ``1 / lambda_n`` given the precision: mean-field coordinate ascent sets ``q(1 / lambda_n) =
+        Gamma((df + 1) / 2, (df + E[precision] z_n) / 2)`` and ``q(precision) = Gamma(a0 + N / 2, b0 + sum_n
+        E[1 / lambda_n] z_n / 2)`` (Tipping & Lawrence 2005, "Variational inference for Student-t models",
+        Neurocomputing 69, §3; the EM weights of Lange, Little & Taylor 1989, §3, when ``q(precision)`` is a
+        point).  The precision's update is therefore a fixed point in ``E[precision]``
+        (:func:`zoo.infer.noise.weighted_noise_rate`).  ``precision`` is required.
+        """
+        if precision is None:
+            raise ValueError(
+                "precision: a Student-t likelihood's noise update weighs each squared error by "
+                "(df + 1) / (df + E[precision] z), so it needs the current E[precision]"
+            )
+        df = self.df.detach().to(z.dtype)
+        return (df + 1.0) / (df + precision * z)
 
     def predictive_moments(self, f: Tensor, latents: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Per-draw predictive mean and variance, ``sigma^2 df / (df - 2)``."""

@@ -28,6 +28,13 @@ random stream, so training is not perturbed); :func:`zoo.infer.loop.run_steps` k
 in ``loop_state`` and puts them back before it trains again, so a resumed fit trains exactly as an
 uninterrupted one (the horseshoe guides do the same with their conjugate ``q(gamma)``,
 :mod:`guides.horseshoe.noise`).
+
+**Student-t likelihood.**  As a scale mixture of normals (:class:`zoo.core.student_t.StudentTLikelihood`)
+the noise is conjugate given the mixing variables, whose optimal factors weigh each squared error by
+``w_n = (df + 1) / (df + E_q[precision] z_n)`` (Tipping & Lawrence 2005, §3).  ``S`` is then the weighted
+sum, and since ``E_q[precision] = A / B`` under the log-normal optimum above (for both sites:
+``exp(m* + v*/2) = A / B``, ``exp(-m* + v*/2) = A / B``), ``B`` solves a fixed point
+(:func:`weighted_noise_rate`) on one set of draws.
 """
 
 from __future__ import annotations
@@ -50,11 +57,15 @@ __all__ = [
     "lognormal_noise_factor",
     "optimal_lognormal",
     "refit_noise",
+    "residual_draws",
     "restore_training_noise",
+    "weighted_noise_rate",
 ]
 
 #: weight-space draws of ``S`` in the update after the last step
 NOISE_REFIT_DRAWS = 32
+#: iterations of :func:`weighted_noise_rate` before it gives up (it contracts; a few dozen suffice)
+_FIXED_POINT_ITERATIONS = 10_000
 
 #: the fit option pinned by the reproduction protocols whose committed rows were run before the update
 #: (``mfvi-uci``, ``collapsed-uci``, the Gaussian rows of ``hs-toys``): ``RunSpec(..., {"fit_options": ...})``
@@ -63,20 +74,27 @@ NO_NOISE_REFIT = {"noise_refit": False}
 _SITES = {"inverse_gamma": "sigma2", "gamma": "precision"}
 
 
-def expected_squared_error(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None) -> Tensor:
-    """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` (each term times ``exp(-g_n)``
-    under a heteroscedastic likelihood) over all ``N`` rows: the
-    minibatch's sum of squares under one weight-space draw of ``guide``, times ``N / B``.  The model must
-    record the network output as the deterministic site ``"f"`` (every :class:`zoo.core.model.BayesianModel`
-    does)."""
+def _network_output(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None) -> Tensor:
+    """The network output ``f`` (the model's deterministic site ``"f"``) under one draw of ``guide``."""
     guide_trace = poutine.trace(guide).get_trace(x, y, subsample)
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y, subsample)
     if "f" not in model_trace.nodes:
         raise ValueError(f"model: {type(model).__name__} records no network output site 'f'")
-    f = model_trace.nodes["f"]["value"]
+    return model_trace.nodes["f"]["value"]
+
+
+def expected_squared_error(
+    guide, model, x: Tensor, y: Tensor, subsample: Tensor | None, precision: Tensor | float | None = None
+) -> Tensor:
+    """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` (each term times ``exp(-g_n)``
+    under a heteroscedastic likelihood) over all ``N`` rows: the
+    minibatch's sum of squares under one weight-space draw of ``guide``, times ``N / B``.  The model must
+    record the network output as the deterministic site ``"f"`` (every :class:`zoo.core.model.BayesianModel`
+    does).  A Student-t likelihood weighs each term by its ``noise_weights`` at ``precision``, the current
+    ``E_q[precision]`` (:meth:`zoo.core.student_t.StudentTLikelihood.noise_weights`)."""
+    f = _network_output(guide, model, x, y, subsample)
     yb = y if subsample is None else y.index_select(0, subsample)
-    # callers hold a GaussianLikelihood; a heteroscedastic one weights each squared error by exp(-g_n)
-    sse = model.likelihood.scaled_squared_error(f, yb)
+    sse = model.likelihood.scaled_squared_error(f, yb, precision)
     return sse * (x.shape[0] / f.shape[0])
 
 
@@ -89,12 +107,42 @@ def final_squared_error(guide, model, x: Tensor, y: Tensor, draws: int) -> float
         return float(sum(expected_squared_error(guide, model, x, y, None) for _ in range(draws))) / draws
 
 
+def residual_draws(guide, model, x: Tensor, y: Tensor, draws: int) -> Tensor:
+    """The squared residuals ``z`` (:meth:`~zoo.core.likelihoods.GaussianLikelihood.squared_residuals`) on
+    all rows under ``draws`` weight-space draws from a forked random stream, stacked:
+    ``(draws, *y.shape)``."""
+    devices = [x.device.index or 0] if x.is_cuda else []
+    lik = model.likelihood
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        z = [lik.squared_residuals(_network_output(guide, model, x, y, None), y) for _ in range(draws)]
+    return torch.stack(z)
+
+
+def weighted_noise_rate(likelihood, z: Tensor, a: float, b0: float, b: float, tol: float = 1e-10) -> float:
+    """The rate ``b*`` of ``q(precision) = Gamma(a, b*)`` that solves ``b* = b0 + mean_d sum w(a / b*) z / 2``
+    for the squared-residual draws ``z`` of :func:`residual_draws` (their first axis), with the weights
+    ``w`` of ``likelihood.noise_weights`` at ``E[precision] = a / b*``; iterated from ``b`` to a relative
+    change below ``tol``.  For the Student-t each term ``(df + 1) z b / (df b + a z)`` is increasing, concave
+    and bounded in ``b``, so the fixed point is unique and the iteration approaches it monotonically; with
+    ``a = N / 2`` and ``b0 = 0``, ``b* / a`` is the maximum-likelihood squared scale of a Student-t with
+    known location and ``df`` (the EM fixed point of Lange, Little & Taylor 1989, §3).  For a Gaussian
+    (weights 1) the first iterate is exact."""
+    for _ in range(_FIXED_POINT_ITERATIONS):
+        new = b0 + 0.5 * float((likelihood.noise_weights(z, a / b) * z).sum()) / z.shape[0]
+        if abs(new - b) <= tol * new:
+            return new
+        b = new
+    raise RuntimeError(f"weighted_noise_rate: no fixed point within {_FIXED_POINT_ITERATIONS} iterations")
+
+
 def _noise_site(model) -> tuple[str, str, float, float] | None:
-    """``(noise kind, site, a0, b0)`` of a model's learned Gaussian noise, else ``None`` (also for a noise
-    without the conjugate update, e.g. a Student-t likelihood's)."""
+    """``(noise kind, site, a0, b0)`` of a model's learned noise with a conjugate update (Gaussian, or
+    Student-t through its weights), else ``None``."""
     lik = getattr(model, "likelihood", None)
     kind = getattr(lik, "noise", None)
-    if getattr(lik, "task", None) != "regression" or kind not in _SITES or not lik.conjugate_noise:
+    if getattr(lik, "task", None) != "regression" or kind not in _SITES:
+        return None
+    if not (lik.conjugate_noise or lik.weighted_noise_update):
         return None
     return kind, _SITES[kind], float(lik.concentration), float(lik.rate)
 
@@ -159,7 +207,13 @@ def refit_noise(guide, model, x: Tensor, y: Tensor | None, draws: int = NOISE_RE
         return None
     kind, _, a0, b0 = _noise_site(model)
     loc_mod, loc_name, scale_mod, scale_name = factor
-    m, v = optimal_lognormal(kind, a0, b0, y.numel(), final_squared_error(guide, model, x, y, draws))
+    if model.likelihood.weighted_noise_update:  # Student-t: S at the fixed point E[precision] = A / B
+        z = residual_draws(guide, model, x, y, draws)
+        a = a0 + 0.5 * y.numel()
+        sse = 2.0 * (weighted_noise_rate(model.likelihood, z, a, b0, b0 + 0.5 * float(z.sum()) / draws) - b0)
+    else:
+        sse = final_squared_error(guide, model, x, y, draws)
+    m, v = optimal_lognormal(kind, a0, b0, y.numel(), sse)
     old = {"loc": _raw(loc_mod, loc_name).tolist(), "scale": _raw(scale_mod, scale_name).tolist()}
     _set(loc_mod, loc_name, m)
     _set(scale_mod, scale_name, math.sqrt(v))
