@@ -8,17 +8,17 @@ standard coordinate-ascent update, e.g. Bishop 2006, §10.1.3; Blei, Kucukelbir 
 
     a* = a0 + N O / 2,        b* = b0 + E_q(W)[ sum_n ||y_n - f(W, x_n)||^2 ] / 2,
 
-with ``N`` training rows and ``O`` outputs sharing one precision.  Under a Student-t likelihood
+with ``N`` training rows and ``O`` outputs sharing one precision. Under a Student-t likelihood
 (:class:`zoo.core.student_t.StudentTLikelihood`, a scale mixture of normals) each squared error carries the
-weight ``(df + 1) / (df + E[gamma] z_n)`` of its mixing variable (Tipping & Lawrence 2005, §3), so ``b*``
-depends on ``E[gamma] = a / b``: the steps use the current ``q(gamma)``, the final update solves the fixed
-point (:func:`zoo.infer.noise.weighted_noise_rate`).  ``noise_update="natural"`` (the default)
-applies it as the stochastic natural-gradient step of Hoffman, Blei, Wang & Paisley (2013, "Stochastic
-variational inference", JMLR 14, Eq. 25) after every gradient step: the natural parameters ``(a - 1, -b)``
-move a fraction ``rho_t = t^-kappa`` (``kappa`` = :data:`NOISE_STEP_POWER`, Robbins-Monro for
-``0.5 < kappa <= 1``) towards the closed form, whose expected squared error is estimated without bias from
-one weight-space draw on the minibatch, scaled by ``N / B``.  The first step (``rho_1 = 1``) sets
-``a = a0 + N O / 2`` exactly; ``b`` then averages the estimates with a memory that shortens as ``t`` grows.
+weight ``(df + 1) / (df + E[gamma] z_n)`` of its mixing variable (Tipping & Lawrence 2005, Neurocomputing 69),
+so ``b*`` depends on ``E[gamma] = a / b``: the steps use the current ``q(gamma)``, the final update solves the
+fixed point (:func:`zoo.infer.noise.weighted_noise_rate`). ``noise_update="natural"`` (the default) applies it
+as the stochastic natural-gradient step of Hoffman, Blei, Wang & Paisley (2013, "Stochastic variational
+inference", JMLR 14, Eq. 25) after every gradient step: the natural parameters ``(a - 1, -b)`` move a fraction
+``rho_t = t^-kappa`` (``kappa`` = :data:`NOISE_STEP_POWER`, Robbins-Monro for ``0.5 < kappa <= 1``) towards
+the closed form, whose expected squared error is estimated without bias from one weight-space draw on the
+minibatch, scaled by ``N / B``. The first step (``rho_1 = 1``) sets ``a = a0 + N O / 2`` exactly; ``b`` then
+averages the estimates with a memory that shortens as ``t`` grows.
 
 Why not the gradient: through the softplus-parameterized ``(a, b)`` Adam moves ``a`` by roughly the learning
 rate per step, so at the paper's 5000 steps and lr 0.005 ``a`` ends an order of magnitude short of

@@ -58,7 +58,8 @@ class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):
     conjugate_noise: bool = False
     #: whether that optimum is conjugate once each squared error carries a weight that depends on the
     #: current ``E_q[precision]`` (a scale mixture of normals: :meth:`noise_weights`, the Student-t), so that
-    #: the update is a fixed point (the horseshoe guides' natural-gradient ``q(gamma)``)
+    #: the update is a fixed point (:mod:`zoo.infer.noise`; the horseshoe guides' natural-gradient
+    #: ``q(gamma)``)
     weighted_noise_update: bool = False
 
     @property

@@ -36,10 +36,10 @@ class StudentTLikelihood(GaussianLikelihood):
     squared *scale*; the per-draw predictive variance is ``sigma^2 df / (df - 2)``, hence ``df > 2``.
 
     The noise variance is not conjugate any more, but it is given the mixing variables ``lambda_n``: the
-    horseshoe guides' natural-gradient ``q(gamma)`` weighs each squared error by ``E[1 / lambda_n]``
-    (:meth:`noise_weights`, a fixed point in ``E[precision]``).  The other families learn the noise factor
-    by gradient with the rest of the guide, and the exact refit of a Gaussian noise factor after the last
-    step (:func:`zoo.infer.noise.refit_noise`) is skipped (``conjugate_noise = False``).
+    horseshoe guides' natural-gradient ``q(gamma)`` and the exact refit of a log-normal noise factor after
+    the last step (:func:`zoo.infer.noise.refit_noise`) weigh each squared error by ``E[1 / lambda_n]``
+    (:meth:`noise_weights`, a fixed point in ``E[precision]``).  ``conjugate_noise = False`` keeps the
+    closed forms that need a Gaussian (``blr-cavi``'s CAVI) away from it.
 
     ``learn_df=True`` makes ``df`` (started at ``df``) a model parameter, ``PyroParam`` constrained to
     ``(2, inf)``, which the fit sets by maximizing the ELBO: a type-II maximum-likelihood (empirical Bayes)
@@ -85,7 +85,7 @@ class StudentTLikelihood(GaussianLikelihood):
         ``1 / lambda_n`` given the precision: mean-field coordinate ascent sets ``q(1 / lambda_n) =
         Gamma((df + 1) / 2, (df + E[precision] z_n) / 2)`` and ``q(precision) = Gamma(a0 + N / 2, b0 + sum_n
         E[1 / lambda_n] z_n / 2)`` (Tipping & Lawrence 2005, "Variational inference for Student-t models",
-        Neurocomputing 69, §3; the EM weights of Lange, Little & Taylor 1989, §3, when ``q(precision)`` is a
+        Neurocomputing 69; the EM weights of Lange, Little & Taylor 1989, §3, when ``q(precision)`` is a
         point).  The precision's update is therefore a fixed point in ``E[precision]``
         (:func:`zoo.infer.noise.weighted_noise_rate`).  ``precision`` is required.
         """

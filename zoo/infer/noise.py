@@ -31,10 +31,10 @@ uninterrupted one (the horseshoe guides do the same with their conjugate ``q(gam
 
 **Student-t likelihood.**  As a scale mixture of normals (:class:`zoo.core.student_t.StudentTLikelihood`)
 the noise is conjugate given the mixing variables, whose optimal factors weigh each squared error by
-``w_n = (df + 1) / (df + E_q[precision] z_n)`` (Tipping & Lawrence 2005, §3).  ``S`` is then the weighted
-sum, and since ``E_q[precision] = A / B`` under the log-normal optimum above (for both sites:
-``exp(m* + v*/2) = A / B``, ``exp(-m* + v*/2) = A / B``), ``B`` solves a fixed point
-(:func:`weighted_noise_rate`) on one set of draws.
+``w_n = (df + 1) / (df + E_q[precision] z_n)`` (Tipping & Lawrence 2005, "Variational inference for
+Student-t models", Neurocomputing 69).  ``S`` is then the weighted sum.  Under the log-normal optimum above
+``E_q[precision] = A / B`` for both sites (``exp(m* + v*/2)`` and ``exp(-m* + v*/2)``), so ``B`` solves a
+fixed point (:func:`weighted_noise_rate`) on one set of draws.
 """
 
 from __future__ import annotations
