@@ -43,7 +43,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroParam
 from torch import Tensor
 
-from zoo.infer.noise import expected_squared_error, final_squared_error, residual_draws, weighted_noise_rate
+from zoo.infer.noise import expected_squared_error, final_noise_sse
 from zoo.ops.transforms import inv_softplus
 
 __all__ = [
@@ -106,13 +106,10 @@ class HorseshoeNoiseMixin:
         if self.noise != "gamma" or self.noise_update != "natural" or y is None:
             return
         _, b0 = self._noise_prior
-        lik = model.likelihood
-        if lik.weighted_noise_update:  # a Student-t: the fixed point in E[gamma] on one set of draws
-            z = residual_draws(self, model, x, y, NOISE_FINAL_DRAWS)
-            b = weighted_noise_rate(lik, z, float(self.noise_conc), b0, float(self.noise_rate))
-        else:
-            b = b0 + 0.5 * final_squared_error(self, model, x, y, NOISE_FINAL_DRAWS)
-        self.noise_rate_final.fill_(b)
+        # a Student-t's S is the weighted sum at the fixed point in E[gamma], iterated from the running rate
+        a, b = float(self.noise_conc), float(self.noise_rate)
+        sse = final_noise_sse(self, model, x, y, NOISE_FINAL_DRAWS, a, b0, b_start=b)
+        self.noise_rate_final.fill_(b0 + 0.5 * sse)
         self.noise_final.fill_(1.0)
 
     def closed_form_begin(self) -> None:

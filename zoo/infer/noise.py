@@ -53,6 +53,7 @@ __all__ = [
     "NO_NOISE_REFIT",
     "NOISE_REFIT_DRAWS",
     "expected_squared_error",
+    "final_noise_sse",
     "final_squared_error",
     "lognormal_noise_factor",
     "optimal_lognormal",
@@ -135,6 +136,21 @@ def weighted_noise_rate(likelihood, z: Tensor, a: float, b0: float, b: float, to
     raise RuntimeError(f"weighted_noise_rate: no fixed point within {_FIXED_POINT_ITERATIONS} iterations")
 
 
+def final_noise_sse(
+    guide, model, x: Tensor, y: Tensor, draws: int, a: float, b0: float, b_start: float | None = None
+) -> float:
+    """The ``S`` of the exact noise update after the last step, from ``draws`` weight-space draws on all rows:
+    :func:`final_squared_error` for a Gaussian likelihood; for a Student-t the weighted sum at the fixed point
+    of :func:`weighted_noise_rate` for the shape ``a`` (``S = 2 (b* - b0)``), iterated from ``b_start``
+    (default: the rate of the unweighted sum)."""
+    lik = model.likelihood
+    if not lik.weighted_noise_update:
+        return final_squared_error(guide, model, x, y, draws)
+    z = residual_draws(guide, model, x, y, draws)
+    start = b0 + 0.5 * float(z.sum()) / draws if b_start is None else b_start
+    return 2.0 * (weighted_noise_rate(lik, z, a, b0, start) - b0)
+
+
 def _noise_site(model) -> tuple[str, str, float, float] | None:
     """``(noise kind, site, a0, b0)`` of a model's learned noise with a conjugate update (Gaussian, or
     Student-t through its weights), else ``None``."""
@@ -207,12 +223,7 @@ def refit_noise(guide, model, x: Tensor, y: Tensor | None, draws: int = NOISE_RE
         return None
     kind, _, a0, b0 = _noise_site(model)
     loc_mod, loc_name, scale_mod, scale_name = factor
-    if model.likelihood.weighted_noise_update:  # Student-t: S at the fixed point E[precision] = A / B
-        z = residual_draws(guide, model, x, y, draws)
-        a = a0 + 0.5 * y.numel()
-        sse = 2.0 * (weighted_noise_rate(model.likelihood, z, a, b0, b0 + 0.5 * float(z.sum()) / draws) - b0)
-    else:
-        sse = final_squared_error(guide, model, x, y, draws)
+    sse = final_noise_sse(guide, model, x, y, draws, a0 + 0.5 * y.numel(), b0)
     m, v = optimal_lognormal(kind, a0, b0, y.numel(), sse)
     old = {"loc": _raw(loc_mod, loc_name).tolist(), "scale": _raw(scale_mod, scale_name).tolist()}
     _set(loc_mod, loc_name, m)
