@@ -94,11 +94,13 @@ def fit_row(
     guide_options: dict | None = None,
     steps: int | None = None,
     holdout: float = 0.0,
+    likelihoods: list | None = None,
 ) -> dict:
     """One fit of ``spec`` (``model[:guide]``, builder ``options``, ``guide_options``, ``steps`` if not the
     entry's default) on ``uci:dataset`` split ``split`` and its calibration row (named ``spec+label`` when a
     label is given).  ``holdout > 0``: the held-out noise scale (:func:`heldout_factors`,
-    :func:`scale_noise`)."""
+    :func:`scale_noise`).  ``likelihoods``: fit under each and keep the highest ELBO
+    (:mod:`zoo.experiments.starts`)."""
     import torch
 
     from zoo.data.registry import load_dataset
@@ -115,6 +117,7 @@ def fit_row(
         options=options or {},
         guide_options=guide_options or {},
         steps=steps,
+        fit_options={"likelihoods": likelihoods} if likelihoods else {},
     )
     cfg = RunConfig.from_dict({**cfg.to_dict(), "train_metrics": True})
     t0 = time.perf_counter()
@@ -155,8 +158,8 @@ def fit_row(
         "fit_seconds": round(time.perf_counter() - t0, 2),
         # a Student-t likelihood's degrees of freedom (the fitted value when learned); None: Gaussian
         "df": pred.df,
-        # best of several starts (zoo.experiments.starts): the start kept and every start's ELBO
-        **{k: v for k, v in run.metrics.items() if k.startswith("start")},
+        # best of several starts or likelihoods (zoo.experiments.starts): the one kept and every ELBO
+        **{k: v for k, v in run.metrics.items() if k.startswith(("start", "likelihood"))},
         **extra,
     }
 
@@ -291,6 +294,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--options", type=json.loads, default=None, help="builder options (JSON) of every model")
     p.add_argument("--guide-options", type=json.loads, default=None, help="guide options (JSON)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the entry's)")
+    p.add_argument(
+        "--likelihoods",
+        nargs="+",
+        default=None,
+        help="fit under each likelihood (e.g. gaussian t4) and keep the highest ELBO (needs --label)",
+    )
     p.add_argument("--label", default="", help="suffix of the model names when options are given")
     p.add_argument(
         "--holdout",
@@ -302,10 +311,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     a = p.parse_args(argv)
     if a.holdout and not a.label:
         a.label = "holdout"
-    if (a.options is not None or a.guide_options is not None or a.steps is not None) and not a.label:
-        p.error("--options/--guide-options/--steps need --label (the rows must not mix with the defaults')")
-    if a.holdout and (a.options or {}).get("student_t_df") is not None:
-        p.error("--holdout scales a Gaussian noise; it does not take a Student-t likelihood (student_t_df)")
+    given = (a.options, a.guide_options, a.steps, a.likelihoods)
+    if any(v is not None for v in given) and not a.label:
+        p.error(
+            "--options/--guide-options/--steps/--likelihoods need --label (the rows must not mix with the "
+            "defaults')"
+        )
+    if a.holdout and ((a.options or {}).get("student_t_df") is not None or a.likelihoods):
+        p.error("--holdout scales a Gaussian noise; not with a Student-t (student_t_df) or --likelihoods")
+    if a.likelihoods:
+        from zoo.experiments.starts import resolve_likelihoods
+
+        try:
+            resolve_likelihoods({"likelihoods": a.likelihoods})
+        except (TypeError, ValueError) as e:
+            p.error(f"--likelihoods: {e}")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
     logging.basicConfig(level=logging.WARNING)
@@ -326,7 +346,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     for k in a.splits:
                         if (spec + suffix, ds, k) not in done:
                             row = fit_row(
-                                spec, ds, k, a.options, a.label, a.guide_options, a.steps, a.holdout
+                                spec,
+                                ds,
+                                k,
+                                a.options,
+                                a.label,
+                                a.guide_options,
+                                a.steps,
+                                a.holdout,
+                                a.likelihoods,
                             )
                             append_line(fh, json.dumps(row))
                             print(json.dumps(row), flush=True)

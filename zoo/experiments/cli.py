@@ -132,6 +132,14 @@ def _add_fit(sub) -> None:
         help="fit once from the guide's own initialization (an entry may fit from several starts and keep "
         "the highest ELBO, e.g. lbbnn's LCRT: zoo.experiments.starts)",
     )
+    f.add_argument(
+        "--likelihoods",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="fit under each likelihood and keep the highest ELBO (variational model selection), e.g. "
+        "--likelihoods gaussian t4 (t<df>: Student-t; heteroscedastic: input-dependent noise)",
+    )
     f.add_argument("--jobs", type=int, default=1, help="worker processes for --ensemble members")
     f.add_argument(
         "--nproc",
@@ -269,6 +277,10 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     if "starts" in m:
         elbos = ", ".join(f"{m[f'start_elbo_{i}']:.6g}" for i in range(m["starts"]))
         print(f"kept start {m['start']} of {m['starts']} (estimated ELBOs {elbos}; --one-start fits one)")
+    if "likelihoods" in m:
+        elbos = ", ".join(f"{m[f'likelihood_elbo_{i}']:.6g}" for i in range(m["likelihoods"]))
+        kept = f"{m['likelihood']} ({m['likelihood_name']}) of {m['likelihoods']}"
+        print(f"kept likelihood {kept} (estimated ELBOs {elbos}; --likelihoods names them)")
     if a.prune:
         print(
             f"projpred: kept {m['pp_units_kept']} of {m['pp_units_total']} units of {m['prune_layer']}; test "

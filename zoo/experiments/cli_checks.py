@@ -116,29 +116,45 @@ def run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
             data_dir=a.data_dir,
             options=a.options,
             guide_options=a.guide_options,
-            fit_options={"starts": [{}]} if a.one_start else {},
+            fit_options=_choice_options(a),
         )
     except (TypeError, ValueError) as e:
         parser.error(f"argument {_flag(e)}: {e}")
 
 
+def _choice_options(a: argparse.Namespace) -> dict:
+    """The run's ``fit_options`` of :mod:`zoo.experiments.starts`: ``--one-start`` and ``--likelihoods``."""
+    out: dict = {"starts": [{}]} if a.one_start else {}
+    if getattr(a, "likelihoods", None):
+        out["likelihoods"] = list(a.likelihoods)
+    return out
+
+
 def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> None:
-    """Builder options are checked by building once, before anything is fitted or written."""
+    """Builder options are checked by building once (once per ``--likelihoods`` candidate), before anything
+    is fitted or written."""
     from zoo.experiments.registry import build
+    from zoo.experiments.starts import resolve_likelihoods
 
     try:
-        model, guide, _ = build(
-            a.model,
-            ds.in_features,
-            ds.out_features,
-            ds.task,
-            hidden=a.hidden,
-            guide=a.guide,
-            guide_options=a.guide_options,
-            **a.options,
-        )
+        likelihoods = resolve_likelihoods(a.config.fit_options)
     except (TypeError, ValueError) as e:
-        parser.error(f"argument --option/--guide-option/--hidden: {e}")
+        parser.error(f"argument --likelihoods: {e}")
+    for lik in likelihoods:
+        try:
+            model, guide, _ = build(
+                a.model,
+                ds.in_features,
+                ds.out_features,
+                ds.task,
+                hidden=a.hidden,
+                guide=a.guide,
+                guide_options=a.guide_options,
+                **{**a.options, **lik},
+            )
+        except (TypeError, ValueError) as e:
+            flags = "--likelihoods/--option" if lik else "--option/--guide-option/--hidden"
+            parser.error(f"argument {flags}: {e}")
     if getattr(a, "prune", None):
         check_prune(parser, a, ds, model, guide)
 

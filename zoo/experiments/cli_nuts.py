@@ -100,6 +100,7 @@ def apply_nuts_arguments(parser: argparse.ArgumentParser, a: argparse.Namespace)
             parser.error(f"argument {nuts_flags[0]}: only with --inference nuts")
         return
     vi_flags = _given(a, _VI_ONLY) + (["--ensemble"] if a.ensemble > 1 else [])
+    vi_flags += ["--likelihoods"] if getattr(a, "likelihoods", None) else []
     if vi_flags:
         parser.error(f"argument {vi_flags[0]}: a variational setting; not with --inference nuts")
     settings = {field: getattr(a, flag[2:].replace("-", "_")) for flag, field in _FLAGS.items()}

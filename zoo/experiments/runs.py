@@ -34,7 +34,7 @@ from zoo.eval import metrics
 from zoo.experiments.config import RunConfig
 from zoo.experiments.outputs import RunOutput, evaluate, score_predictions, train_set_metrics
 from zoo.experiments.registry import get_entry
-from zoo.experiments.starts import best_start, fit_elbo, resolve_starts
+from zoo.experiments.starts import choose, fit_elbo, likelihood_name, resolve_likelihoods, resolve_starts
 from zoo.infer.checkpoint import save
 from zoo.infer.loop import fit, resume
 from zoo.infer.optim import make_optimizer
@@ -165,9 +165,11 @@ def fit_on_dataset(
     ``{"stage_lrs": "short"}``); for entries fitted by :func:`zoo.infer.loop.fit` only ``accelerate``
     (``{"accelerate": "squarem"}``: SQUAREM on closed-form sweeps, :mod:`zoo.infer.accelerate`); for every
     entry ``standardize_y`` (a bool) overrides the entry's default of fitting standardized regression
-    targets (paper 000's bow-tie fits raw ones), and ``starts`` (a list of guide-option mappings; ``[{}]``:
+    targets (paper 000's bow-tie fits raw ones), ``starts`` (a list of guide-option mappings; ``[{}]``:
     one fit) fits once per start and keeps the fit with the highest ELBO (:mod:`zoo.experiments.starts`;
-    default: the entry's ``fit_defaults["starts"]`` for the run's guide)."""
+    default: the entry's ``fit_defaults["starts"]`` for the run's guide), and ``likelihoods`` (e.g.
+    ``["gaussian", "t4"]``) fits every start under each likelihood and keeps the highest ELBO of all (the
+    row records ``likelihood``, the kept index, and each ``likelihood_elbo_<i>``)."""
     cfg = resolve(RunConfig, config, kwargs)
     if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
         from zoo.experiments.nuts_runs import fit_nuts_on_dataset
@@ -179,23 +181,27 @@ def fit_on_dataset(
     # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
     standardize = check_bool("standardize_y", fit_options.pop("standardize_y", d.get("standardize_y", True)))
     loop_keys = {"accelerate", "noise_refit"}  # FitConfig settings a run may pass to zoo.infer.loop.fit
-    if entry.fit_fn is None and set(fit_options) - loop_keys - {"starts"}:
+    choices = {"starts", "likelihoods"}
+    if entry.fit_fn is None and set(fit_options) - loop_keys - choices:
         raise ValueError(
             f"fit_options: model {model!r} is fitted by zoo.infer.loop.fit, which takes only "
-            f"{sorted(loop_keys | {'standardize_y', 'starts'})} here; got {sorted(cfg.fit_options)}"
+            f"{sorted(loop_keys | choices | {'standardize_y'})} here; got {sorted(cfg.fit_options)}"
         )
+    likelihoods = resolve_likelihoods(fit_options)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     dev = resolve_device(cfg.device)
     xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=standardize)
     starts = resolve_starts(fit_options, d, cfg.guide or entry.default_guide, cfg.guide_options)
-    fit_options.pop("starts", None)
+    for key in choices:
+        fit_options.pop(key, None)
     # the guide's random initialization happens at build time: seed it, so a fit does not depend on what
-    # ran before it in the same process (protocol workers run many fits each); every start is built (its
-    # options checked) before any is fitted
+    # ran before it in the same process (protocol workers run many fits each); every start under every
+    # likelihood is built (its options checked) before any is fitted
     builds = []
-    for start in starts:
-        pyro.set_rng_seed(cfg.seed)
-        builds.append(_start_config(cfg, start).build(model, ds))
+    for lik in likelihoods:
+        for start in starts:
+            pyro.set_rng_seed(cfg.seed)
+            builds.append(_start_config(cfg, start, lik).build(model, ds))
     fitter = entry.fit_fn or fit
     fits = []
     for m, g, spec in builds:
@@ -205,7 +211,7 @@ def fit_on_dataset(
             m, g, xtr, ytr, loss=_loss(d, m, g), config=config, spec=spec, **fit_kwargs, **fit_options
         )
         fits.append((result, spec))
-    (result, spec), start_info = _choose_start(fits, xtr, ytr, cfg.seed)
+    (result, spec), start_info = _choose_fit(fits, len(starts), likelihoods, xtr, ytr, cfg.seed)
     scores, pred = evaluate(result, ds, xte, yte, num_samples=cfg.num_samples, seed=cfg.seed)
     run = RunOutput(result, ds, _row(model, spec, ds, cfg, result, fit_kwargs["batch_size"], scores), pred)
     run.metrics.update(start_info)
@@ -218,26 +224,27 @@ def fit_on_dataset(
     return run
 
 
-def _start_config(cfg: RunConfig, start: Mapping[str, Any]) -> RunConfig:
-    """``cfg`` with the start's guide options laid over its own."""
-    return dataclasses.replace(cfg, guide_options={**cfg.guide_options, **start})
+def _start_config(cfg: RunConfig, start: Mapping[str, Any], likelihood: Mapping[str, Any]) -> RunConfig:
+    """``cfg`` with the start's guide options and the likelihood's builder options laid over its own."""
+    return dataclasses.replace(
+        cfg, options={**cfg.options, **likelihood}, guide_options={**cfg.guide_options, **start}
+    )
 
 
-def _choose_start(fits: list[tuple[FitResult, dict]], x, y, seed: int) -> tuple[tuple[FitResult, dict], dict]:
-    """The fit with the highest ELBO estimate (:mod:`zoo.experiments.starts`) and the row's record of the
-    choice: ``starts``, the chosen ``start``, every start's ``start_elbo_<i>`` (and standard error) and the
-    total ``fit_seconds``; one fit is returned as it is."""
+def _choose_fit(
+    fits: list[tuple[FitResult, dict]], n_starts: int, likelihoods: list[dict], x, y, seed: int
+) -> tuple[tuple[FitResult, dict], dict]:
+    """The fit with the highest ELBO estimate (``fits`` likelihood-major, ``n_starts`` per likelihood;
+    :func:`zoo.experiments.starts.choose`) and the row's record of the choice (with the kept
+    ``likelihood_name`` and the total ``fit_seconds``); one fit is returned as it is."""
     if len(fits) == 1:
         return fits[0], {}
-    est = []
-    for r, _ in fits:
-        est.append(fit_elbo(r, x, y, seed=seed))
-    best = best_start([e for e, _ in est])
-    info: dict[str, Any] = {"starts": len(fits), "start": best}
-    for i, (e, se) in enumerate(est):
-        info[f"start_elbo_{i}"], info[f"start_elbo_se_{i}"] = e, se
+    est = [fit_elbo(r, x, y, seed=seed) for r, _ in fits]
+    i, j, info = choose([est[k : k + n_starts] for k in range(0, len(est), n_starts)])
+    if len(likelihoods) > 1:
+        info["likelihood_name"] = likelihood_name(likelihoods[i])
     info["fit_seconds"] = round(sum(r.wall_time for r, _ in fits), 3)
-    return fits[best], info
+    return fits[i * n_starts + j], info
 
 
 def _time_budget(seconds: float):

@@ -14,6 +14,14 @@ is one plain fit), else the entry's ``fit_defaults["starts"][guide]`` — used o
 ``guide_options`` set none of the options the starts vary, so an explicit choice is never overridden.
 :func:`elbo_estimate` is the comparison: the mean of ``particles`` draws of the training objective on all
 training rows, under a fixed seed.  Every start is built (and its options checked) before any is fitted.
+
+*Which noise model* is the same comparison one level up.  ``fit_options["likelihoods"]`` lists candidate
+likelihoods (:func:`likelihood_options`: ``"gaussian"``, ``"t4"`` — a Student-t of 4 degrees of freedom —,
+``"heteroscedastic"``, or a mapping of the builder's likelihood options); the run fits every start under every
+candidate and keeps the highest ELBO.  Each ELBO bounds the log evidence ``log p(D | likelihood)`` of its own
+model from below, on the same data, so the comparison is variational model selection (Bishop 2006, *Pattern
+Recognition and Machine Learning*, §10.1.4; Beal 2003, PhD thesis, §2.6): approximate, because the gaps
+``KL(q ‖ p(· | D))`` of the two models need not be equal.  :func:`choose` makes both choices and records them.
 """
 
 from __future__ import annotations
@@ -27,7 +35,21 @@ import torch
 from pyro.infer import Trace_ELBO
 from torch import Tensor
 
-__all__ = ["ELBO_PARTICLES", "elbo_estimate", "fit_elbo", "resolve_starts", "best_start"]
+__all__ = [
+    "ELBO_PARTICLES",
+    "LIKELIHOOD_KEYS",
+    "best_start",
+    "choose",
+    "elbo_estimate",
+    "fit_elbo",
+    "likelihood_name",
+    "likelihood_options",
+    "resolve_likelihoods",
+    "resolve_starts",
+]
+
+#: the builder options a likelihood candidate may set (zoo.core.likelihood_options)
+LIKELIHOOD_KEYS = frozenset({"student_t_df", "student_t_learn_df", "heteroscedastic"})
 
 #: draws of the training objective per start (for the LBBNN on the UCI sets the standard error of 32 draws
 #: is 0.8-8 nats; two starts closer than a few of those are equally good fits by the objective)
@@ -63,6 +85,85 @@ def resolve_starts(
     starts = _check_starts(defaults)
     varied = {k for s in starts for k in s}
     return [{}] if varied & set(guide_options) else starts
+
+
+def likelihood_options(candidate: object, where: str = "fit_options['likelihoods']") -> dict:
+    """The builder options of one likelihood candidate: ``"gaussian"`` → ``{}``, ``"t<ν>"`` (e.g. ``"t4"``)
+    → ``{"student_t_df": ν}``, ``"heteroscedastic"`` → ``{"heteroscedastic": True}``, or a mapping whose keys
+    are in :data:`LIKELIHOOD_KEYS` (its values are checked when the model is built).  ``where`` names the
+    argument in the error."""
+    if isinstance(candidate, str):
+        text = candidate.strip().lower()
+        if text == "gaussian":
+            return {}
+        if text == "heteroscedastic":
+            return {"heteroscedastic": True}
+        if text.startswith("t"):
+            try:
+                df = float(text[1:])
+            except ValueError:
+                df = math.nan
+            if math.isfinite(df) and df > 0:
+                return {"student_t_df": df}
+        raise ValueError(
+            f"{where}: unknown likelihood {candidate!r}; use 'gaussian', 't<degrees of freedom>' "
+            "(e.g. 't4'), 'heteroscedastic' or a mapping of likelihood options"
+        )
+    if not isinstance(candidate, Mapping):
+        raise TypeError(f"{where}: a likelihood is a name or a mapping of options, got {candidate!r}")
+    unknown = sorted(set(candidate) - LIKELIHOOD_KEYS)
+    if unknown:
+        allowed = sorted(LIKELIHOOD_KEYS)
+        raise ValueError(f"{where}: {unknown} are not likelihood options (allowed: {allowed})")
+    return dict(candidate)
+
+
+def likelihood_name(options: Mapping[str, Any]) -> str:
+    """A likelihood candidate's builder options as text: ``"gaussian"`` for ``{}``, ``"t4"`` for
+    ``{"student_t_df": 4}``, else ``key=value`` pairs."""
+    if not options:
+        return "gaussian"
+    if set(options) == {"student_t_df"}:
+        return f"t{float(options['student_t_df']):g}"
+    return ",".join(f"{k}={options[k]}" for k in sorted(options))
+
+
+def resolve_likelihoods(fit_options: Mapping[str, Any]) -> list[dict]:
+    """The builder-option overrides of each likelihood candidate of a run (``[{}]``: the run's own
+    likelihood); ``fit_options["likelihoods"]`` is a non-empty list of :func:`likelihood_options` inputs
+    without repeats."""
+    if "likelihoods" not in fit_options:
+        return [{}]
+    given = fit_options["likelihoods"]
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or len(given) == 0:
+        raise TypeError(f"fit_options['likelihoods'] must be a non-empty list of likelihoods, got {given!r}")
+    out = [likelihood_options(c, f"fit_options['likelihoods'][{i}]") for i, c in enumerate(given)]
+    if len({repr(sorted(o.items())) for o in out}) < len(out):
+        raise ValueError(f"fit_options['likelihoods'] names the same likelihood twice: {given!r}")
+    return out
+
+
+def choose(elbos: Sequence[Sequence[tuple[float, float]]]) -> tuple[int, int, dict[str, Any]]:
+    """``(likelihood i, start j, record)`` of the highest ELBO in ``elbos[i][j]`` (``(mean, standard
+    error)`` of likelihood ``i``'s start ``j``).  The record: with several starts, ``starts``, ``start``
+    and the kept likelihood's ``start_elbo_<j>``/``start_elbo_se_<j>``; with several likelihoods,
+    ``likelihoods``, ``likelihood`` and each likelihood's best ``likelihood_elbo_<i>`` (and
+    ``likelihood_elbo_se_<i>``)."""
+    if not elbos or any(not row for row in elbos) or len({len(row) for row in elbos}) != 1:
+        raise ValueError(f"elbos must be a non-empty grid (likelihoods x starts), got {elbos!r}")
+    best_j = [best_start([e for e, _ in row]) for row in elbos]
+    i = best_start([row[j][0] for row, j in zip(elbos, best_j)])
+    j = best_j[i]
+    info: dict[str, Any] = {}
+    if len(elbos[i]) > 1:
+        info.update(starts=len(elbos[i]), start=j)
+        for k, (e, se) in enumerate(elbos[i]):
+            info[f"start_elbo_{k}"], info[f"start_elbo_se_{k}"] = e, se
+    if len(elbos) > 1:
+        info.update(likelihoods=len(elbos), likelihood=i)
+        for k, (row, bj) in enumerate(zip(elbos, best_j)):
+            info[f"likelihood_elbo_{k}"], info[f"likelihood_elbo_se_{k}"] = row[bj]
+    return i, j, info
 
 
 def elbo_estimate(
