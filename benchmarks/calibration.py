@@ -64,6 +64,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _calibration_choice import choice_summary, choice_table
 from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, scale_noise
 from _calibration_target import DATASET_ORDER, DATASETS, TARGET_SPLITS, default_labels, target_table
 
@@ -201,6 +202,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         dfs = [r.get("df") for r in rs]  # a Student-t likelihood's (mean fitted) degrees of freedom
         entry["df"] = statistics.fmean(dfs) if all(d is not None for d in dfs) else None
         entry["coverage"] = {lv: statistics.fmean(r["coverage"][lv] for r in rs) for lv in rs[0]["coverage"]}
+        entry["choice"] = choice_summary(rs)  # rows that chose their likelihood by the ELBO, else None
         out.append(entry)
     return out
 
@@ -224,6 +226,7 @@ def markdown(summary: list[dict], commands: list[str], target: list[dict] | None
         "",
         *(target_table(summary) if target is None else target_table(target, summary)),
         *holdout_table(summary),
+        *choice_table(summary),
         "Commands (rows of every one are in the table):",
         "",
         *(f"* `{c}`" for c in commands),

@@ -244,6 +244,34 @@ def test_calibration_target_table_marks_what_is_outside(benchmark_script):
     assert lines[-2] == "* m on yacht: 0.970 ± 0.009 (20)" and not any("on energy" in x for x in lines)
 
 
+def test_calibration_choice_table_counts_the_kept_likelihoods_and_the_elbo_differences(benchmark_script):
+    mod = benchmark_script("_calibration_choice")
+
+    def row(kept, e0, e1):
+        return {
+            "likelihoods": 2,
+            "likelihood": kept,
+            "likelihood_name": ("gaussian", "t4")[kept],
+            "likelihood_elbo_0": e0,
+            "likelihood_elbo_1": e1,
+        }
+
+    rows = [row(1, 10.0, 60.0), row(1, -5.0, 15.0), row(0, 3.0, -7.0)]
+    summary = mod.choice_summary(rows)
+    assert summary["kept"] == {"gaussian": 1, "t4": 2}
+    (gain,) = summary["gains"]
+    assert gain == pytest.approx((20.0, -10.0, 50.0))
+    # rows without a choice, or with different numbers of candidates, have no summary
+    assert mod.choice_summary([{"coverage95": 0.95}]) is None
+    assert mod.choice_summary([row(1, 0.0, 1.0), {**row(0, 1.0, 0.0), "likelihoods": 3}]) is None
+    assert mod.choice_summary([]) is None
+    entry = {"model": "m+c", "dataset": "yacht", "splits": 3, "coverage95": 0.97, "nll": 1.0, "rmse": 0.8}
+    lines = mod.choice_table([{**entry, "choice": summary}, {**entry, "model": "m", "choice": None}])
+    assert lines[4] == "| m+c | yacht | 3 | gaussian 1, t4 2 | +20.0 [-10.0, +50.0] | 0.970 | 1.000 | 0.8 |"
+    assert len(lines) == 6 and lines[-1] == ""
+    assert mod.choice_table([{**entry, "choice": None}]) == []
+
+
 def test_calibration_target_is_on_splits_0_to_9(tmp_path, benchmark_script):
     """Rows of splits 10-19 enter the per-label table and the replication lines, not the target table."""
     mod = benchmark_script("calibration")
