@@ -170,6 +170,12 @@ def test_zoo_fit_likelihoods_reports_the_choice_and_refuses_bad_ones_before_writ
     m = json.loads((out / "metrics.json").read_text())
     assert m["likelihoods"] == 2 and m["likelihood_name"] in ("gaussian", "t4")
     assert f"kept likelihood {m['likelihood']} ({m['likelihood_name']}) of 2" in capsys.readouterr().out
+    # the run folder's checkpoint rebuilds the kept likelihood
+    from zoo.infer.checkpoint import load
+
+    result = load(out / "checkpoint.pt")
+    assert result.spec["options"] == likelihood_options(m["likelihood_name"])
+    assert (getattr(result.model.likelihood, "df", None) is not None) == (m["likelihood_name"] == "t4")
     for extra, flag in (
         (["--likelihoods", "gaussian", "t1"], "--likelihoods"),
         (["--likelihoods", "t4", "--inference", "nuts"], "--likelihoods"),
