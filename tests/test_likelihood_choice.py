@@ -58,6 +58,14 @@ def test_resolve_likelihoods_default_and_repeats():
         resolve_likelihoods({"likelihoods": ["t4", {"student_t_df": 4.0}]})
 
 
+def test_run_options_that_set_the_likelihood_clash_with_a_choice():
+    # "gaussian" would inherit the run's student_t_df and be a t: refused, naming both
+    with pytest.raises(ValueError, match=r"likelihoods.*student_t_df"):
+        resolve_likelihoods({"likelihoods": ["gaussian", "t4"]}, {"student_t_df": 5.0})
+    assert resolve_likelihoods({"likelihoods": ["gaussian"]}, {"prior_scale": 1.0}) == [{}]
+    assert resolve_likelihoods({}, {"student_t_df": 5.0}) == [{}]  # no choice: the run's own likelihood
+
+
 def test_likelihood_name_round_trips_the_short_names():
     for name in ("gaussian", "t4", "t2.5"):
         assert likelihood_name(likelihood_options(name)) == name
@@ -180,6 +188,7 @@ def test_zoo_fit_likelihoods_reports_the_choice_and_refuses_bad_ones_before_writ
         (["--likelihoods", "gaussian", "t1"], "--likelihoods"),
         (["--likelihoods", "t4", "--inference", "nuts"], "--likelihoods"),
         (["--likelihoods", "t4", "--dataset", "breast-cancer"], "--likelihoods"),
+        (["--likelihoods", "gaussian", "t4", "--option", "student_t_df=5"], "--likelihoods"),
     ):
         bad = tmp_path / "bad"
         with pytest.raises(SystemExit):

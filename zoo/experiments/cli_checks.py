@@ -137,7 +137,7 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> N
     from zoo.experiments.starts import resolve_likelihoods
 
     try:
-        likelihoods = resolve_likelihoods(a.config.fit_options)
+        likelihoods = resolve_likelihoods(a.config.fit_options, a.options)
     except (TypeError, ValueError) as e:
         parser.error(f"argument --likelihoods: {e}")
     for lik in likelihoods:

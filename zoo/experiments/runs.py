@@ -187,7 +187,7 @@ def fit_on_dataset(
             f"fit_options: model {model!r} is fitted by zoo.infer.loop.fit, which takes only "
             f"{sorted(loop_keys | choices | {'standardize_y'})} here; got {sorted(cfg.fit_options)}"
         )
-    likelihoods = resolve_likelihoods(fit_options)
+    likelihoods = resolve_likelihoods(fit_options, cfg.options)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     dev = resolve_device(cfg.device)
     xtr, ytr, xte, yte, extra = _prepare(ds, dev, standardize_y=standardize)

@@ -128,12 +128,20 @@ def likelihood_name(options: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={options[k]}" for k in sorted(options))
 
 
-def resolve_likelihoods(fit_options: Mapping[str, Any]) -> list[dict]:
+def resolve_likelihoods(
+    fit_options: Mapping[str, Any], options: Mapping[str, Any] | None = None
+) -> list[dict]:
     """The builder-option overrides of each likelihood candidate of a run (``[{}]``: the run's own
     likelihood); ``fit_options["likelihoods"]`` is a non-empty list of :func:`likelihood_options` inputs
-    without repeats."""
+    without repeats.  The run's builder ``options`` must then leave the likelihood to the candidates (a
+    ``ValueError`` if they set one of :data:`LIKELIHOOD_KEYS`: ``"gaussian"`` would otherwise inherit it)."""
     if "likelihoods" not in fit_options:
         return [{}]
+    clash = sorted(set(options or {}) & LIKELIHOOD_KEYS)
+    if clash:
+        raise ValueError(
+            f"fit_options['likelihoods'] chooses the likelihood; the run's options must not also set {clash}"
+        )
     given = fit_options["likelihoods"]
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or len(given) == 0:
         raise TypeError(f"fit_options['likelihoods'] must be a non-empty list of likelihoods, got {given!r}")
