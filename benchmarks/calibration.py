@@ -40,6 +40,11 @@ held-out rows (``predictive_scale``, ``coverage95_predictive``, ``nll_predictive
 also shrinks the weight posterior's spread).  Two fits per row; a study of the protocol, not an option of
 the registry entries.
 
+``--verify`` re-fits the committed rows of the registry defaults that ``--models``/``--datasets``/``--splits``
+select and compares them with the rows (:mod:`_calibration_verify`): a fit is deterministic on one thread, so
+a row today's code does not give back was made by other code.  It writes nothing and exits with status 1
+when a field differs by more than ``--tolerance`` (relative).
+
 Every finished fit is journaled to ``OUT/calibration.partial.jsonl`` so an interrupted run resumes; the
 summary goes to ``OUT/calibration.{json,md,png}``, over the rows already committed there (rows a run redoes
 are replaced, the others kept).
@@ -48,7 +53,7 @@ Usage::
 
     ZOO_DATA_DIR=/work/shared/data python benchmarks/calibration.py \\
         [--models mfvi-bnn hs-bnn:factorized cm-bnn] [--datasets yacht energy] [--splits 0 1] \\
-        [--out benchmarks/results] [--holdout 0.2] [--render-only]
+        [--out benchmarks/results] [--holdout 0.2] [--render-only] [--verify [--tolerance 1e-6]]
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ import numpy as np
 from _calibration_choice import choice_summary, choice_table
 from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, scale_noise
 from _calibration_target import DATASET_ORDER, DATASETS, TARGET_SPLITS, default_labels, target_table
+from _calibration_verify import committed_defaults, verify
 
 LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
@@ -106,6 +112,7 @@ def fit_row(
 
     from zoo.data.registry import load_dataset
     from zoo.eval.metrics import interval_coverage, mixture_pit
+    from zoo.experiments.host import host
     from zoo.experiments.runs import RunConfig, fit_on_dataset
 
     model, _, guide = spec.partition(":")
@@ -162,6 +169,8 @@ def fit_row(
         # best of several starts or likelihoods (zoo.experiments.starts): the one kept and every ELBO
         **{k: v for k, v in run.metrics.items() if k.startswith(("start", "likelihood"))},
         **extra,
+        # the CPU kernels the digits depend on (zoo.experiments.host); --verify compares it
+        "host": host(),
     }
 
 
@@ -288,6 +297,29 @@ def reliability_figure(summary: list[dict], path: Path) -> None:
     atomic_save_figure(fig, path)
 
 
+def _verify(a: argparse.Namespace, p: argparse.ArgumentParser) -> list[dict]:
+    """``--verify``: re-fit the committed default rows in ``OUT/calibration.json`` that the filters select
+    (:mod:`_calibration_verify`); print the comparison, write nothing, exit 1 if one is beyond tolerance."""
+    record = Path(a.out) / "calibration.json"
+    if not record.exists():
+        p.error(f"--verify: no committed rows at {record}")
+    try:
+        rows = committed_defaults(json.loads(record.read_text())["rows"], a.models, a.datasets, a.splits)
+        lines, counts = verify(rows, lambda r: fit_row(r["model"], r["dataset"], r["split"]), a.tolerance)
+    except ValueError as e:
+        p.error(str(e))
+    print("\n".join(lines))
+    n, bad = counts["rows"], counts["beyond"]
+    print(
+        f"{n - bad} of {n} rows reproduced within relative {a.tolerance:g}; of the {bad} beyond it, "
+        f"{counts['beyond_same_host']} on the same host (other code) and {bad - counts['beyond_same_host']} "
+        "on another or an unrecorded host (CPU kernels round differently: zoo.experiments.host)"
+    )
+    if bad:
+        raise SystemExit(1)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=list(MODELS))
@@ -311,6 +343,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="fit on the other training rows, scale the noise on this share of them (label: holdout)",
     )
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
+    p.add_argument(
+        "--verify", action="store_true", help="re-fit the selected committed default rows, compare"
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=1e-6, help="largest relative difference --verify passes"
+    )
     a = p.parse_args(argv)
     if a.holdout and not a.label:
         a.label = "holdout"
@@ -331,12 +369,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
             p.error(f"--likelihoods: {e}")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
+    if a.verify and (any(v is not None for v in given) or a.label or a.holdout or a.render_only):
+        p.error(
+            "--verify re-fits committed default rows: not with options, a label, --holdout or --render-only"
+        )
     logging.basicConfig(level=logging.WARNING)
     import torch
 
     from zoo.io import append_line, atomic_write_many
 
     torch.set_num_threads(1)
+    if a.verify:
+        return _verify(a, p)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "calibration.partial.jsonl"

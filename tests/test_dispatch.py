@@ -132,6 +132,11 @@ def inline_rows(tmp_path_factory):
 def _backend_rows(tiny: str, out: Path, backend: str) -> list[dict]:
     doc = run_protocol(tiny, out, progress=False, dispatch=DispatchConfig(backend=backend, jobs=2))
     assert f"backend={backend}" in doc["machine"]
+    import torch
+
+    assert doc["host"]["isa"] == torch.backends.cpu.get_cpu_capability()  # the driver's CPU kernels
+    md = (out / f"{tiny}.md").read_text()
+    assert f"{doc['host']['isa']} kernels" in md
     return _rows(doc)
 
 

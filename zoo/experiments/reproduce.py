@@ -24,6 +24,7 @@ from zoo.data import load_dataset
 from zoo.experiments.config import RunConfig
 from zoo.experiments.dispatch import DispatchConfig
 from zoo.experiments.ensemble import ensemble_weights, fit_ensemble
+from zoo.experiments.host import host
 from zoo.experiments.journal import load_journal, run_journaled
 from zoo.experiments.protocol import Protocol, RunSpec
 from zoo.experiments.registry import load_plugins
@@ -148,6 +149,12 @@ def _summarize(rows: list[dict], metrics: Sequence[str]) -> dict:
     return summary
 
 
+def _cpu(header: dict) -> str:
+    """`` (CPU, kernels)`` of a header that records its host (:mod:`zoo.experiments.host`), else ``""``."""
+    h = header.get("host")
+    return f" ({h['cpu']}, {h['isa']} kernels)" if h else ""
+
+
 def _markdown(p: Protocol, summary: dict, header: dict) -> str:
     lines = [
         f"# {p.name}",
@@ -155,7 +162,8 @@ def _markdown(p: Protocol, summary: dict, header: dict) -> str:
         p.description,
         "",
         f"Command: `{header['command']}`  ",
-        f"Machine: {header['machine']}; wall time {header['wall_seconds']:.0f} s; torch {header['torch']}",
+        f"Machine: {header['machine']}{_cpu(header)}; wall time {header['wall_seconds']:.0f} s; "
+        f"torch {header['torch']}",
         "",
     ]
     for h in header.get("history", []):
@@ -389,6 +397,8 @@ def run_protocol(
         "command": command,
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus, jobs={cfg.jobs}, backend={cfg.backend}",
         "torch": torch.__version__,
+        # the driver's CPU kernels, on which the rows' last digits depend (zoo.experiments.host)
+        "host": host(),
         "wall_seconds": time.perf_counter() - t0,
     }
     doc = {

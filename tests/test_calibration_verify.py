@@ -1,0 +1,127 @@
+"""``benchmarks/calibration.py --verify``: a committed default row is re-fitted and compared; a row the code
+does not give back, a labelled model, a missing record, options beside ``--verify`` and a bad tolerance are
+refused or reported, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+ROW = dict(model="m", dataset="yacht", split=0, rmse=0.8, nll=1.2, coverage95=0.96, noise_ratio=1.3)
+
+
+def test_differences_are_relative_and_skip_missing_fields(benchmark_script):
+    mod = benchmark_script("_calibration_verify")
+    same = mod.differences(ROW, dict(ROW))
+    assert same == {"rmse": 0.0, "nll": 0.0, "coverage95": 0.0, "noise_ratio": 0.0}
+    moved = mod.differences(ROW, {**ROW, "rmse": 0.8008, "nll": -1.2})
+    assert moved["rmse"] == pytest.approx(1e-3) and moved["nll"] == pytest.approx(2.0)
+    assert mod.differences(ROW, {**ROW, "nll": math.nan})["nll"] == math.inf
+    old = {k: v for k, v in ROW.items() if k != "noise_ratio"}  # a row committed before the field
+    assert "noise_ratio" not in mod.differences(old, ROW)
+
+
+def test_committed_defaults_selects_and_refuses(benchmark_script):
+    mod = benchmark_script("_calibration_verify")
+    rows = [
+        {**ROW, "model": m, "dataset": d, "split": k}
+        for m in ("a", "a+t4", "b") for d in ("yacht", "energy") for k in (0, 1, 2)
+    ]  # fmt: skip
+    got = mod.committed_defaults(rows, ["a"], ["energy"], [0, 2])
+    assert [(r["model"], r["dataset"], r["split"]) for r in got] == [("a", "energy", 0), ("a", "energy", 2)]
+    with pytest.raises(ValueError, match="labelled"):
+        mod.committed_defaults(rows, ["a+t4"], ["yacht"], [0])
+    with pytest.raises(ValueError, match="no committed row"):
+        mod.committed_defaults(rows, ["c"], ["yacht"], [0])
+
+
+def test_verify_counts_rows_beyond_the_tolerance(benchmark_script):
+    mod = benchmark_script("_calibration_verify")
+    here, there = {"cpu": "A", "isa": "AVX512"}, {"cpu": "B", "isa": "AVX2"}
+    rows = [{**ROW, "host": here}, {**ROW, "split": 1, "host": here}, {**ROW, "split": 2}]
+    refit = {
+        0: {**ROW, "host": here},
+        1: {**ROW, "split": 1, "coverage95": 0.97, "host": here},
+        2: {**ROW, "split": 2, "rmse": 0.81, "host": there},
+    }
+    lines, counts = mod.verify(rows, lambda r: refit[r["split"]], tolerance=1e-6)
+    assert counts == {"rows": 3, "beyond": 2, "beyond_same_host": 1} and len(lines) == 5
+    assert "**beyond**" not in lines[2] and lines[2].endswith("| same |")
+    assert "0.96 → 0.97" in lines[3] and "**beyond** | same |" in lines[3]
+    assert "0.8 → 0.81" in lines[4] and lines[4].endswith("**beyond** | not recorded |")
+    _, counts = mod.verify(rows, lambda r: refit[r["split"]], tolerance=0.02)  # .97/.96 - 1 = .0104
+    assert counts["beyond"] == 0
+    for tolerance in (-1e-6, math.nan, math.inf):
+        with pytest.raises(ValueError, match="tolerance"):
+            mod.verify(rows, lambda r: r, tolerance)
+
+
+def test_host_status(benchmark_script):
+    mod = benchmark_script("_calibration_verify")
+    a, b = {**ROW, "host": {"cpu": "A"}}, {**ROW, "host": {"cpu": "B"}}
+    assert mod.host_status(a, dict(a)) == "same" and mod.host_status(a, b) == "other"
+    assert mod.host_status(ROW, a) == "not recorded"
+
+
+def test_host_records_the_cpu_kernels(monkeypatch):
+    import torch
+
+    from zoo.experiments.host import cpu_name, host
+
+    info = "processor\t: 0\nmodel name\t: Some CPU\ncpu family\t: 6\nmodel\t\t: 207\n\nprocessor\t: 1\n"
+    assert cpu_name(info) == "Some CPU (family 6, model 207)"
+    assert cpu_name("processor\t: 0\nmodel name\t: Bare\n") == "Bare"
+    assert cpu_name("") != ""  # platform's name, or "unknown"
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    got = host()
+    assert got["isa"] == torch.backends.cpu.get_cpu_capability() and got["threads"] == torch.get_num_threads()
+    assert got["torch"] == torch.__version__ and got["kernel_env"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
+    assert "kernel_env" not in host() or "MKL_ENABLE_INSTRUCTIONS" not in host()["kernel_env"]
+
+
+def test_verify_refuses_before_any_fit(tmp_path, monkeypatch, capsys, benchmark_script):
+    mod = benchmark_script("calibration")
+    monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path / "data"))  # no data is read before these refusals
+    with pytest.raises(SystemExit):
+        mod.main(["--verify", "--out", str(tmp_path)])
+    assert "no committed rows" in capsys.readouterr().err
+    (tmp_path / "calibration.json").write_text(json.dumps({"rows": [ROW]}))
+    refused = (["--options", '{"noise_rate": 0.1}', "--label", "x"], ["--holdout", "0.2"], ["--label", "x"])
+    for extra in refused:
+        with pytest.raises(SystemExit):
+            mod.main(["--verify", "--models", "m", "--out", str(tmp_path), *extra])
+        assert "--verify re-fits committed default rows" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        mod.main(["--verify", "--models", "m+t4", "--datasets", "yacht", "--out", str(tmp_path)])
+    assert "labelled" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json"]
+
+
+def test_verify_refits_a_committed_row(data_dir, tmp_path, monkeypatch, capsys, benchmark_script):
+    """A row from ``fit_row`` is given back bit for bit (one thread, seeded); the same row with its RMSE
+    moved in the 4th digit is reported beyond the default tolerance and the exit status is 1."""
+    from zoo.experiments.registry import get_entry
+
+    mod = benchmark_script("calibration")
+    monkeypatch.setitem(get_entry("mfvi-bnn").fit_defaults, "steps", 60)
+    row = mod.fit_row("mfvi-bnn", "yacht", 0)
+    record = tmp_path / "calibration.json"
+    record.write_text(json.dumps({"rows": [row]}))
+    argv = [*"--verify --models mfvi-bnn --datasets yacht --splits 0 --out".split(), str(tmp_path)]
+    assert mod.main(argv) == [row]
+    out = capsys.readouterr().out
+    assert "1 of 1 rows reproduced" in out and "| same |" in out  # the row records this host
+    record.write_text(json.dumps({"rows": [{**row, "rmse": row["rmse"] * 1.0003}]}))
+    before = record.read_text()
+    with pytest.raises(SystemExit) as exit_:
+        mod.main(argv)
+    assert exit_.value.code == 1
+    out = capsys.readouterr().out
+    assert "0 of 1 rows reproduced" in out and "1 on the same host (other code)" in out
+    assert record.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json"]
