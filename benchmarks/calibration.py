@@ -40,10 +40,11 @@ held-out rows (``predictive_scale``, ``coverage95_predictive``, ``nll_predictive
 also shrinks the weight posterior's spread).  Two fits per row; a study of the protocol, not an option of
 the registry entries.
 
-``--verify`` re-fits the committed rows of the registry defaults that ``--models``/``--datasets``/``--splits``
-select and compares them with the rows (:mod:`_calibration_verify`): a fit is deterministic on one thread, so
-a row today's code does not give back was made by other code.  It writes nothing and exits with status 1
-when a field differs by more than ``--tolerance`` (relative).
+``--verify`` re-fits the committed rows that ``--models``/``--datasets``/``--splits`` select (defaults, and
+labelled rows from the ``recipe`` they record) and compares them with the rows (:mod:`_calibration_verify`):
+a fit is deterministic on one host and thread count, so a row today's code on the row's own ``host`` does not
+give back was made by other code.  It writes nothing and exits with status 1 when a field differs by more
+than ``--tolerance`` (relative).
 
 Every finished fit is journaled to ``OUT/calibration.partial.jsonl`` so an interrupted run resumes; the
 summary goes to ``OUT/calibration.{json,md,png}``, over the rows already committed there (rows a run redoes
@@ -72,7 +73,7 @@ import numpy as np
 from _calibration_choice import choice_summary, choice_table
 from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, scale_noise
 from _calibration_target import DATASET_ORDER, DATASETS, TARGET_SPLITS, default_labels, target_table
-from _calibration_verify import committed_defaults, verify
+from _calibration_verify import committed_rows, refit_arguments, verify
 
 LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
@@ -169,7 +170,15 @@ def fit_row(
         # best of several starts or likelihoods (zoo.experiments.starts): the one kept and every ELBO
         **{k: v for k, v in run.metrics.items() if k.startswith(("start", "likelihood"))},
         **extra,
-        # the CPU kernels the digits depend on (zoo.experiments.host); --verify compares it
+        # what --verify needs to fit the row again (_calibration_verify.refit_arguments), and the CPU
+        # kernels its digits depend on (zoo.experiments.host)
+        "recipe": {
+            "options": options or {},
+            "guide_options": guide_options or {},
+            "steps": steps,
+            "holdout": holdout,
+            "likelihoods": likelihoods,
+        },
         "host": host(),
     }
 
@@ -298,14 +307,15 @@ def reliability_figure(summary: list[dict], path: Path) -> None:
 
 
 def _verify(a: argparse.Namespace, p: argparse.ArgumentParser) -> list[dict]:
-    """``--verify``: re-fit the committed default rows in ``OUT/calibration.json`` that the filters select
-    (:mod:`_calibration_verify`); print the comparison, write nothing, exit 1 if one is beyond tolerance."""
+    """``--verify``: re-fit the committed rows in ``OUT/calibration.json`` that the filters select (defaults,
+    and labelled rows with a recipe: :mod:`_calibration_verify`); print the comparison, write nothing, exit 1
+    if one is beyond tolerance."""
     record = Path(a.out) / "calibration.json"
     if not record.exists():
         p.error(f"--verify: no committed rows at {record}")
     try:
-        rows = committed_defaults(json.loads(record.read_text())["rows"], a.models, a.datasets, a.splits)
-        lines, counts = verify(rows, lambda r: fit_row(r["model"], r["dataset"], r["split"]), a.tolerance)
+        rows = committed_rows(json.loads(record.read_text())["rows"], a.models, a.datasets, a.splits)
+        lines, counts = verify(rows, lambda r: fit_row(**refit_arguments(r)), a.tolerance)
     except ValueError as e:
         p.error(str(e))
     print("\n".join(lines))
@@ -344,7 +354,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
     p.add_argument(
-        "--verify", action="store_true", help="re-fit the selected committed default rows, compare"
+        "--verify",
+        action="store_true",
+        help="re-fit the selected committed rows and compare (writes nothing)",
     )
     p.add_argument(
         "--tolerance", type=float, default=1e-6, help="largest relative difference --verify passes"
@@ -371,7 +383,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
     if a.verify and (any(v is not None for v in given) or a.label or a.holdout or a.render_only):
         p.error(
-            "--verify re-fits committed default rows: not with options, a label, --holdout or --render-only"
+            "--verify re-fits committed rows from their recipe: not with options, a label, --holdout or "
+            "--render-only"
         )
     logging.basicConfig(level=logging.WARNING)
     import torch

@@ -25,18 +25,25 @@ def test_differences_are_relative_and_skip_missing_fields(benchmark_script):
     assert "noise_ratio" not in mod.differences(old, ROW)
 
 
-def test_committed_defaults_selects_and_refuses(benchmark_script):
+def test_committed_rows_selects_and_refuses(benchmark_script):
     mod = benchmark_script("_calibration_verify")
+    recipe = {"options": {"student_t_df": 4}, "guide_options": {}, "steps": None, "holdout": 0.0,
+              "likelihoods": None}  # fmt: skip
     rows = [
-        {**ROW, "model": m, "dataset": d, "split": k}
-        for m in ("a", "a+t4", "b") for d in ("yacht", "energy") for k in (0, 1, 2)
+        {**ROW, "model": m, "dataset": d, "split": k, **({"recipe": recipe} if m == "a+t4" else {})}
+        for m in ("a", "a+t4", "a+old", "b") for d in ("yacht", "energy") for k in (0, 1, 2)
     ]  # fmt: skip
-    got = mod.committed_defaults(rows, ["a"], ["energy"], [0, 2])
-    assert [(r["model"], r["dataset"], r["split"]) for r in got] == [("a", "energy", 0), ("a", "energy", 2)]
-    with pytest.raises(ValueError, match="labelled"):
-        mod.committed_defaults(rows, ["a+t4"], ["yacht"], [0])
+    got = mod.committed_rows(rows, ["a", "a+t4"], ["energy"], [0, 2])
+    assert [(r["model"], r["split"]) for r in got] == [("a", 0), ("a", 2), ("a+t4", 0), ("a+t4", 2)]
+    with pytest.raises(ValueError, match="no recipe"):
+        mod.committed_rows(rows, ["a+old"], ["yacht"], [0])
     with pytest.raises(ValueError, match="no committed row"):
-        mod.committed_defaults(rows, ["c"], ["yacht"], [0])
+        mod.committed_rows(rows, ["c"], ["yacht"], [0])
+    # a labelled row is fitted again from its recipe under its label; a default's row with none
+    where = {"spec": "a", "dataset": "energy", "split": 0, "label": "t4"}
+    assert mod.refit_arguments(got[2]) == {**where, **recipe}
+    assert mod.refit_arguments({**ROW, "model": "hs-bnn:factorized"}) == {
+        "spec": "hs-bnn:factorized", "dataset": "yacht", "split": 0, "label": ""}  # fmt: skip
 
 
 def test_verify_counts_rows_beyond_the_tolerance(benchmark_script):
@@ -96,32 +103,36 @@ def test_verify_refuses_before_any_fit(tmp_path, monkeypatch, capsys, benchmark_
     for extra in refused:
         with pytest.raises(SystemExit):
             mod.main(["--verify", "--models", "m", "--out", str(tmp_path), *extra])
-        assert "--verify re-fits committed default rows" in capsys.readouterr().err
+        assert "--verify re-fits committed rows from their recipe" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        mod.main(["--verify", "--models", "m+t4", "--datasets", "yacht", "--out", str(tmp_path)])
-    assert "labelled" in capsys.readouterr().err
+        mod.main(["--verify", "--models", "m", "--datasets", "energy", "--out", str(tmp_path)])
+    assert "no committed row" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json"]
 
 
 def test_verify_refits_a_committed_row(data_dir, tmp_path, monkeypatch, capsys, benchmark_script):
-    """A row from ``fit_row`` is given back bit for bit (one thread, seeded); the same row with its RMSE
-    moved in the 4th digit is reported beyond the default tolerance and the exit status is 1."""
+    """A default's row and a labelled row from ``fit_row`` are given back bit for bit (one thread, seeded;
+    the labelled one from its recipe); the default's row with its RMSE moved in the 4th digit is reported
+    beyond the default tolerance, on the same host, and the exit status is 1."""
     from zoo.experiments.registry import get_entry
 
     mod = benchmark_script("calibration")
     monkeypatch.setitem(get_entry("mfvi-bnn").fit_defaults, "steps", 60)
     row = mod.fit_row("mfvi-bnn", "yacht", 0)
+    short = mod.fit_row("mfvi-bnn", "yacht", 0, options={"weight_scale": 0.5}, label="short", steps=5)
+    assert short["recipe"]["steps"] == 5 and short["rmse"] != row["rmse"]
     record = tmp_path / "calibration.json"
-    record.write_text(json.dumps({"rows": [row]}))
-    argv = [*"--verify --models mfvi-bnn --datasets yacht --splits 0 --out".split(), str(tmp_path)]
-    assert mod.main(argv) == [row]
+    record.write_text(json.dumps({"rows": [row, short]}))
+    argv = "--verify --models mfvi-bnn mfvi-bnn+short --datasets yacht --splits 0".split()
+    argv += ["--out", str(tmp_path)]
+    assert mod.main(argv) == [row, short]
     out = capsys.readouterr().out
-    assert "1 of 1 rows reproduced" in out and "| same |" in out  # the row records this host
-    record.write_text(json.dumps({"rows": [{**row, "rmse": row["rmse"] * 1.0003}]}))
+    assert "2 of 2 rows reproduced" in out and out.count("| same |") == 2  # the rows record this host
+    record.write_text(json.dumps({"rows": [{**row, "rmse": row["rmse"] * 1.0003}, short]}))
     before = record.read_text()
     with pytest.raises(SystemExit) as exit_:
         mod.main(argv)
     assert exit_.value.code == 1
     out = capsys.readouterr().out
-    assert "0 of 1 rows reproduced" in out and "1 on the same host (other code)" in out
+    assert "1 of 2 rows reproduced" in out and "1 on the same host (other code)" in out
     assert record.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json"]
