@@ -17,10 +17,9 @@ in the command that made them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 
-__all__ = ["FIELDS", "committed_rows", "differences", "host_status", "refit_arguments", "verify"]
+__all__ = ["FIELDS", "committed_rows", "refit_arguments", "verify"]
 
 #: the fields compared: the scores of the target table and the noise ratio, which the noise factor sets
 FIELDS = ("rmse", "nll", "coverage95", "noise_ratio")
@@ -58,52 +57,17 @@ def refit_arguments(row: dict) -> dict:
     return {**where, **row.get("recipe", {})}
 
 
-def differences(old: dict, new: dict) -> dict[str, float]:
-    """Relative difference ``|new - old| / max(|old|, 1e-12)`` of each of :data:`FIELDS` both rows have
-    (``inf`` where one of them is not finite and they differ)."""
-    out = {}
-    for key in FIELDS:
-        if key not in old or key not in new:
-            continue
-        a, b = float(old[key]), float(new[key])
-        if a == b:
-            out[key] = 0.0
-        elif not (math.isfinite(a) and math.isfinite(b)):
-            out[key] = math.inf
-        else:
-            out[key] = abs(b - a) / max(abs(a), 1e-12)
-    return out
-
-
-def host_status(old: dict, new: dict) -> str:
-    """``"same"`` when both rows record the same :func:`zoo.experiments.host.host`, ``"other"`` when they
-    differ, ``"not recorded"`` for a row committed before rows recorded it."""
-    if "host" not in old or "host" not in new:
-        return "not recorded"
-    return "same" if old["host"] == new["host"] else "other"
-
-
 def verify(rows: list[dict], refit: Callable[[dict], dict], tolerance: float) -> tuple[list[str], dict]:
-    """Re-fit every row with ``refit(row)`` and compare: markdown lines (one per row: its fields as
-    committed → now, the largest relative difference and whether the two hosts are the same,
-    :func:`host_status`) and the counts ``{"rows", "beyond", "beyond_same_host"}``.  A row beyond
-    ``tolerance`` on the same host was made by other code; on another host it may differ by rounding alone
-    (:mod:`zoo.experiments.host`)."""
-    if not (tolerance >= 0 and math.isfinite(tolerance)):
-        raise ValueError(f"--tolerance must be a finite number >= 0, got {tolerance}")
-    head = " | ".join(f"{k}: committed → now" for k in FIELDS)
-    lines = [f"| model | dataset | split | {head} | max rel. diff | host |", "|" + "---|" * (len(FIELDS) + 5)]
-    counts = {"rows": len(rows), "beyond": 0, "beyond_same_host": 0}
+    """Re-fit every row with ``refit(row)`` and compare (:func:`zoo.experiments.verify.comparison` over
+    :data:`FIELDS`, each row's own ``host``): the table's lines, with its header, and the counts
+    ``{"rows", "beyond", "beyond_same_host"}``."""
+    from zoo.experiments.verify import comparison, host_status, table_head
+
+    comparison([], FIELDS, tolerance)  # a bad tolerance is refused before any fit
+    pairs = []
     for old in rows:
         new = refit(old)
-        diff = differences(old, new)
-        worst = max(diff.values(), default=0.0)
-        status = host_status(old, new)
-        beyond = worst > tolerance
-        counts["beyond"] += beyond
-        counts["beyond_same_host"] += beyond and status == "same"
-        cells = [f"{old[k]:.6g} → {new[k]:.6g}" if k in diff else "–" for k in FIELDS]
-        key = f"| {old['model']} | {old['dataset']} | {old['split']} | "
-        flag = " **beyond**" if beyond else ""
-        lines.append(key + " | ".join(cells) + f" | {worst:.2e}{flag} | {status} |")
-    return lines, counts
+        status = host_status(old.get("host"), new.get("host"))
+        pairs.append(((old["model"], old["dataset"], old["split"]), old, new, status))
+    lines, counts = comparison(pairs, FIELDS, tolerance)
+    return [*table_head(("model", "dataset", "split"), FIELDS), *lines], counts

@@ -306,7 +306,7 @@ def reliability_figure(summary: list[dict], path: Path) -> None:
     atomic_save_figure(fig, path)
 
 
-def _verify(a: argparse.Namespace, p: argparse.ArgumentParser) -> list[dict]:
+def _verify(a: argparse.Namespace, p: argparse.ArgumentParser, summary_line) -> list[dict]:
     """``--verify``: re-fit the committed rows in ``OUT/calibration.json`` that the filters select (defaults,
     and labelled rows with a recipe: :mod:`_calibration_verify`); print the comparison, write nothing, exit 1
     if one is beyond tolerance."""
@@ -319,13 +319,8 @@ def _verify(a: argparse.Namespace, p: argparse.ArgumentParser) -> list[dict]:
     except ValueError as e:
         p.error(str(e))
     print("\n".join(lines))
-    n, bad = counts["rows"], counts["beyond"]
-    print(
-        f"{n - bad} of {n} rows reproduced within relative {a.tolerance:g}; of the {bad} beyond it, "
-        f"{counts['beyond_same_host']} on the same host (other code) and {bad - counts['beyond_same_host']} "
-        "on another or an unrecorded host (CPU kernels round differently: zoo.experiments.host)"
-    )
-    if bad:
+    print(summary_line(counts, a.tolerance))
+    if counts["beyond"]:
         raise SystemExit(1)
     return rows
 
@@ -393,7 +388,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     torch.set_num_threads(1)
     if a.verify:
-        return _verify(a, p)
+        from zoo.experiments.verify import summary_line
+
+        return _verify(a, p, summary_line)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "calibration.partial.jsonl"

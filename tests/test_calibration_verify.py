@@ -14,17 +14,6 @@ pytest.importorskip("matplotlib")
 ROW = dict(model="m", dataset="yacht", split=0, rmse=0.8, nll=1.2, coverage95=0.96, noise_ratio=1.3)
 
 
-def test_differences_are_relative_and_skip_missing_fields(benchmark_script):
-    mod = benchmark_script("_calibration_verify")
-    same = mod.differences(ROW, dict(ROW))
-    assert same == {"rmse": 0.0, "nll": 0.0, "coverage95": 0.0, "noise_ratio": 0.0}
-    moved = mod.differences(ROW, {**ROW, "rmse": 0.8008, "nll": -1.2})
-    assert moved["rmse"] == pytest.approx(1e-3) and moved["nll"] == pytest.approx(2.0)
-    assert mod.differences(ROW, {**ROW, "nll": math.nan})["nll"] == math.inf
-    old = {k: v for k, v in ROW.items() if k != "noise_ratio"}  # a row committed before the field
-    assert "noise_ratio" not in mod.differences(old, ROW)
-
-
 def test_committed_rows_selects_and_refuses(benchmark_script):
     mod = benchmark_script("_calibration_verify")
     recipe = {"options": {"student_t_df": 4}, "guide_options": {}, "steps": None, "holdout": 0.0,
@@ -65,31 +54,6 @@ def test_verify_counts_rows_beyond_the_tolerance(benchmark_script):
     for tolerance in (-1e-6, math.nan, math.inf):
         with pytest.raises(ValueError, match="tolerance"):
             mod.verify(rows, lambda r: r, tolerance)
-
-
-def test_host_status(benchmark_script):
-    mod = benchmark_script("_calibration_verify")
-    a, b = {**ROW, "host": {"cpu": "A"}}, {**ROW, "host": {"cpu": "B"}}
-    assert mod.host_status(a, dict(a)) == "same" and mod.host_status(a, b) == "other"
-    assert mod.host_status(ROW, a) == "not recorded"
-
-
-def test_host_records_the_cpu_kernels(monkeypatch):
-    import torch
-
-    from zoo.experiments.host import cpu_name, host
-
-    info = "processor\t: 0\nmodel name\t: Some CPU\ncpu family\t: 6\nmodel\t\t: 207\n\nprocessor\t: 1\n"
-    assert cpu_name(info) == "Some CPU (family 6, model 207)"
-    assert cpu_name("processor\t: 0\nmodel name\t: Bare\n") == "Bare"
-    assert cpu_name("") != ""  # platform's name, or "unknown"
-    monkeypatch.delenv("MKL_CBWR", raising=False)
-    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
-    got = host()
-    assert got["isa"] == torch.backends.cpu.get_cpu_capability() and got["threads"] == torch.get_num_threads()
-    assert got["torch"] == torch.__version__ and got["kernel_env"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
-    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
-    assert "kernel_env" not in host() or "MKL_ENABLE_INSTRUCTIONS" not in host()["kernel_env"]
 
 
 def test_verify_refuses_before_any_fit(tmp_path, monkeypatch, capsys, benchmark_script):

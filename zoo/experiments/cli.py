@@ -208,6 +208,15 @@ def _add_reproduce(sub) -> None:
         help="start over although DIR/NAME.partial.jsonl holds an unfinished run of other settings "
         "(that journal is kept beside it under a dated name; without --fresh it is refused)",
     )
+    r.add_argument(
+        "--verify",
+        action="store_true",
+        help="fit the selected runs again in a temporary folder and compare them with DIR/NAME.json (writes "
+        "nothing; exit status 1 if a row differs by more than --tolerance)",
+    )
+    r.add_argument(
+        "--tolerance", type=float, default=1e-6, help="largest relative difference --verify passes"
+    )
     from zoo.experiments.dispatch import add_dispatch_arguments
 
     add_dispatch_arguments(r)  # --backend {loky,dask,ray} --address
@@ -297,6 +306,8 @@ def _reproduce(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Seq
 
     splits, overrides, variants = _reproduce_args(parser, a)
     dispatch = dispatch_config(parser, a)
+    if a.verify:
+        return _verify(parser, a, splits, overrides, variants, dispatch)
     cmd = "zoo " + " ".join(sys.argv[1:] if argv is None else argv)
     _log_progress()
     try:
@@ -315,6 +326,26 @@ def _reproduce(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: Seq
     except (JournalMismatch, DispatchError) as e:  # both raised before any fit
         parser.error(f"argument {e.flag}: {e}")
     return 0
+
+
+def _verify(
+    parser: argparse.ArgumentParser, a: argparse.Namespace, splits, overrides, variants, dispatch
+) -> int:
+    """``zoo reproduce NAME --verify``: :func:`zoo.experiments.verify.verify_protocol`, its table printed."""
+    from zoo.experiments.verify import summary_line, verify_protocol
+
+    if a.merge or a.fresh:
+        parser.error("argument --verify: writes nothing, so not with --merge or --fresh")
+    try:
+        lines, counts = verify_protocol(
+            a.name, a.out, splits=splits, variants=variants, overrides=overrides or None,
+            tolerance=a.tolerance, dispatch=dispatch,
+        )  # fmt: skip
+    except ValueError as e:  # raised before any fit
+        parser.error(f"argument --verify: {e}")
+    print("\n".join(lines))
+    print(summary_line(counts, a.tolerance))
+    return 1 if counts["beyond"] else 0
 
 
 def _list(a: argparse.Namespace) -> int:
