@@ -72,6 +72,7 @@ from pathlib import Path
 import numpy as np
 from _calibration_choice import choice_summary, choice_table
 from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, scale_noise
+from _calibration_shape import shape_table
 from _calibration_target import DATASET_ORDER, DATASETS, TARGET_SPLITS, default_labels, target_table
 from _calibration_verify import committed_rows, refit_arguments, verify
 
@@ -243,6 +244,7 @@ def markdown(summary: list[dict], commands: list[str], target: list[dict] | None
         "the defaults.  See `benchmarks/calibration.py`.",
         "",
         *(target_table(summary) if target is None else target_table(target, summary)),
+        *shape_table(target or summary, default_labels(target or summary)),
         *holdout_table(summary),
         *choice_table(summary),
         "Commands (rows of every one are in the table):",
