@@ -86,7 +86,8 @@ def test_verify_protocol_gives_back_its_rows_and_reports_a_changed_one(tiny, tmp
     files = sorted(p.name for p in tmp_path.iterdir())
     lines, counts = verify_protocol(tiny, tmp_path)
     assert counts == {"rows": 2, "beyond": 0, "beyond_same_host": 0}
-    assert all(line.endswith("| same |") for line in lines[2:])  # the header records this host
+    assert lines[0].startswith(f"Committed rows: {record}, made by `zoo.experiments.reproduce.run_protocol(")
+    assert all(line.endswith("| same |") for line in lines[4:])  # the header records this host
     changed = json.loads(record.read_text())
     changed["rows"][1]["nll"] += 1e-4
     record.write_text(json.dumps(changed))

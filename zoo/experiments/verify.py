@@ -22,6 +22,10 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zoo.experiments.dispatch import DispatchConfig
 
 __all__ = [
     "comparison",
@@ -110,14 +114,15 @@ def verify_protocol(
     variants: Sequence[str] | None = None,
     overrides: dict | None = None,
     tolerance: float = 1e-6,
-    dispatch=None,
+    dispatch: DispatchConfig | None = None,
 ) -> tuple[list[str], dict[str, int]]:
     """Fit the selected runs of protocol ``name`` again and compare them with ``out_dir/NAME.json``.
 
     The arguments select runs as :func:`~zoo.experiments.reproduce.run_protocol` does. Before any fit,
     ``ValueError`` is raised if there is no committed ``NAME.json``, if a selected run has no committed row,
     or if the tolerance is bad. The new fits go to a temporary folder and ``out_dir`` is not written.
-    Returns the table lines (with a header) and the counts of :func:`comparison`."""
+    Returns the lines to print (the command that made the committed rows, then the table with its header)
+    and the counts of :func:`comparison`."""
     from zoo.experiments.reproduce import (
         PROTOCOLS,
         _apply_overrides,
@@ -158,4 +163,5 @@ def verify_protocol(
     status = host_status(committed.get("host"), doc.get("host"))
     pairs = [(_row_key(r), rows[_row_key(r)], r, status) for r in doc["rows"]]
     lines, counts = comparison(pairs, p.metrics, tolerance)
-    return [*table_head(("variant", "dataset", "split"), p.metrics), *lines], counts
+    made_by = f"Committed rows: {record}, made by `{committed.get('command', '?')}` (settings must match)."
+    return [made_by, "", *table_head(("variant", "dataset", "split"), p.metrics), *lines], counts
