@@ -6,7 +6,8 @@ probability ``2 Phi(c z_a) - 1``. So the coverage at level ``a`` gives
 
     c_a = Phi^-1((1 + coverage_a) / 2) / z_a,
 
-the factor by which the intervals are too wide (``c > 1``) or too narrow (``c < 1``).
+the factor by which the intervals are too wide (``c > 1``) or too narrow (``c < 1``)
+(:func:`zoo.eval.metrics.interval_width_ratio`).
 
 - If the residuals have the predictive's shape, ``c_a`` is the same at every level. The miss is then one of
   scale, which a better noise variance or a scale factor fixes.
@@ -21,27 +22,16 @@ This is the probit-ratio reading of a reliability diagram: Gneiting, Balabdaoui 
 
 from __future__ import annotations
 
-from scipy.stats import norm
-
-__all__ = ["shape_table", "width_ratio"]
+__all__ = ["shape_table"]
 
 #: the levels the table reads: the middle and the level of the target
 SHAPE_LEVELS = ("0.5", "0.8", "0.95")
 
 
-def width_ratio(level: float, coverage: float) -> float | None:
-    """``c_a`` of the module docstring: how many times too wide the level-``level`` intervals are, if the
-    residuals had the predictive's shape. It is ``None`` when ``coverage`` is 1, because every point
-    inside gives only a lower bound."""
-    if not 0 < level < 1 or not 0 <= coverage <= 1:
-        raise ValueError(f"level must be in (0, 1) and coverage in [0, 1], got {level}, {coverage}")
-    if coverage >= 1:
-        return None
-    return float(norm.ppf((1 + coverage) / 2) / norm.ppf((1 + level) / 2))
-
-
 def _cell(entry: dict) -> str:
-    ratios = [width_ratio(float(lv), entry["coverage"][lv]) for lv in SHAPE_LEVELS]
+    from zoo.eval.metrics import interval_width_ratio
+
+    ratios = [interval_width_ratio(float(lv), entry["coverage"][lv]) for lv in SHAPE_LEVELS]
     return " / ".join("–" if r is None else f"{r:.2f}" for r in ratios)
 
 

@@ -97,6 +97,7 @@ __all__ = [
     "categorical_nll",
     "coverage",
     "coverage_from_samples",
+    "interval_width_ratio",
     "mixture_pit",
     "interval_coverage",
     "accuracy",
@@ -311,6 +312,25 @@ def interval_coverage(pit: Any, levels: Any = (0.5, 0.8, 0.9, 0.95, 0.99)) -> di
         level = check_level("levels", float(lv))
         out[level] = float(np.mean(np.abs(u - 0.5) <= 0.5 * level + 1e-12))
     return out
+
+
+def interval_width_ratio(level: float, coverage: float) -> float | None:
+    """How many times too wide the central level-``level`` intervals are, read from their ``coverage`` as
+    if the residuals had the predictive's shape: ``c = Phi^-1((1 + coverage) / 2) / Phi^-1((1 + level) / 2)``.
+
+    Say the predictive is ``N(mu, s^2)`` and the residual is ``N(0, (s / c)^2)``; the interval
+    ``mu +- z s`` then covers with probability ``2 Phi(c z) - 1``, which this inverts.  The same ``c`` at
+    every level is a miss of scale.  A ``c`` that falls with the level means residuals more peaked and
+    heavier-tailed than the predictive, which no single scale fixes; a ``c`` that rises means lighter tails
+    (the probit reading of a reliability diagram; Gneiting, Balabdaoui & Raftery 2007, JRSS-B 69, §3).
+    ``None`` when ``coverage`` is 1: every point inside gives only a lower bound."""
+    from scipy.stats import norm
+
+    level = check_level("level", level)
+    cov = check_level("coverage", coverage, allow_one=True) if coverage != 0 else 0.0
+    if cov >= 1.0:
+        return None
+    return float(norm.ppf((1.0 + cov) / 2.0) / norm.ppf((1.0 + level) / 2.0))
 
 
 def _quantile_levels(quantiles: Any) -> np.ndarray:
