@@ -119,6 +119,9 @@ def test_verify_refuses_before_any_fit(tiny, tmp_path, capsys, monkeypatch):
         verify_protocol(tiny, tmp_path, splits=[0], tolerance=-1.0)
     with pytest.raises(ValueError, match="unknown protocol"):
         verify_protocol("no-such-protocol", tmp_path)
+    with pytest.raises(SystemExit):  # only DIR/NAME.json is read: a missing folder is that error
+        main(["reproduce", tiny, "--out", str(tmp_path / "missing" / "deeper"), "--verify"])
+    assert "argument --verify: out_dir: no committed" in capsys.readouterr().err
     for extra in (["--merge"], ["--fresh"], ["--splits", "1"]):
         with pytest.raises(SystemExit):
             main(["reproduce", tiny, "--out", str(tmp_path), "--verify", *extra])

@@ -202,7 +202,8 @@ def reproduce_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> tu
     if a.steps is not None and a.steps <= 0:
         parser.error(f"argument --steps: must be > 0, got {a.steps}")
     try:
-        check_out_dir(a.out)
+        if not getattr(a, "verify", False):  # --verify only reads DIR/NAME.json (a read-only folder will do)
+            check_out_dir(a.out)
     except ValueError as e:
         parser.error(f"argument --out: {e}")
     from zoo.experiments.cli_common import check_overrides as check_override_values
