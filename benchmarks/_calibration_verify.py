@@ -61,9 +61,9 @@ def verify(rows: list[dict], refit: Callable[[dict], dict], tolerance: float) ->
     """Re-fit every row with ``refit(row)`` and compare (:func:`zoo.experiments.verify.comparison` over
     :data:`FIELDS`, each row's own ``host``): the table's lines, with its header, and the counts
     ``{"rows", "beyond", "beyond_same_host"}``."""
-    from zoo.experiments.verify import comparison, host_status, table_head
+    from zoo.experiments.verify import check_tolerance, comparison, host_status, table_head
 
-    comparison([], FIELDS, tolerance)  # a bad tolerance is refused before any fit
+    tolerance = check_tolerance(tolerance)  # before any fit
     pairs = []
     for old in rows:
         new = refit(old)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from zoo.experiments.dispatch import DispatchConfig
 
 __all__ = [
+    "check_tolerance",
     "comparison",
     "host_status",
     "relative_differences",
@@ -37,13 +38,25 @@ __all__ = [
 ]
 
 
+def check_tolerance(tolerance: object) -> float:
+    """The largest relative difference a comparison passes: a finite number >= 0, else ``ValueError``
+    (:func:`zoo.core.validation.check_positive`, its ``TypeError`` for a non-number raised as a
+    ``ValueError`` too, since both mean a bad setting)."""
+    from zoo.core.validation import check_positive
+
+    try:
+        return check_positive("tolerance", tolerance, allow_zero=True)
+    except TypeError as e:
+        raise ValueError(str(e)) from e
+
+
 def relative_differences(old: dict, new: dict, fields: Sequence[str]) -> dict[str, float]:
     """``|new - old| / max(|old|, 1e-12)`` of each of ``fields`` that both rows have as numbers. The value
     is ``inf`` where one of the two is not finite and they differ."""
     out = {}
     for key in fields:
         a, b = old.get(key), new.get(key)
-        if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or isinstance(a, bool):
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (a, b)):
             continue
         a, b = float(a), float(b)
         if a == b:
@@ -71,8 +84,7 @@ def comparison(
     Each line gives the key cells, each field as committed → now, the largest relative difference and the
     host status. The counts are ``{"rows", "beyond", "beyond_same_host"}``. A row beyond ``tolerance`` on
     the same host was made by other code."""
-    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
-        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance}")
+    tolerance = check_tolerance(tolerance)
     counts = {"rows": len(pairs), "beyond": 0, "beyond_same_host": 0}
     lines = []
     for cells, old, new, status in pairs:
@@ -133,7 +145,7 @@ def verify_protocol(
         select_variants,
     )
 
-    comparison([], (), tolerance)  # the tolerance is checked before any fit
+    tolerance = check_tolerance(tolerance)  # before any fit
     if name not in available_protocols():
         raise ValueError(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
