@@ -1,6 +1,6 @@
-"""The ``--holdout`` study of ``benchmarks/calibration.py`` (issue 17): the held-out rows, the noise factor
-chosen on them by a fit without them, that factor applied to the fit on all training rows, and the report's
-table of it."""
+"""The ``--holdout`` and ``--train-noise`` studies of ``benchmarks/calibration.py`` (issue 17): the held-out
+rows, the noise factor chosen on them by a fit without them (or on the training rows by the fit itself), that
+factor applied to the fit on all training rows, and the report's table of it."""
 
 from __future__ import annotations
 
@@ -102,28 +102,34 @@ def scale_noise(dataset, pred, y: np.ndarray, c: float, s: float | None = None) 
 
 
 def holdout_table(summary: list[dict]) -> list[str]:
-    """Markdown lines: every ``--holdout`` label's coverage95 and NLL on the fit on all training rows,
-    unscaled, with the noise scale times the mean ``c``, and with the Gaussian predictive's scale times the
-    mean ``s`` (both factors chosen on held-out rows by a second fit without them)."""
+    """Markdown lines: every label with a noise factor ``c`` chosen after the fit — on held-out training rows
+    by a second fit without them (``--holdout``, also the Gaussian predictive's factor ``s``) or on the
+    training rows themselves (``--train-noise``) — with its coverage95 and NLL on the fit on all training
+    rows: unscaled, with the noise scale times the mean ``c``, and with the predictive's scale times the
+    mean ``s``."""
     held = [e for e in summary if e.get("noise_scale") is not None]
     if not held:
         return []
     lines = [
-        "Held-out scale (`--holdout`): the fit on all training rows (the default's row), unscaled → with "
-        "its noise scale times c → with its Gaussian predictive's scale times s; c and s are chosen on "
-        "held-out training rows by a second fit without them.",
+        "Noise scale chosen after the fit: the fit on all training rows (the default's row), unscaled → with "
+        "its noise scale times c → with its Gaussian predictive's scale times s.  c is chosen on held-out "
+        "training rows by a second fit without them (`--holdout`, which also chooses s) or on the training "
+        "rows themselves (`--train-noise`: the c that maximizes their own mixture predictive's likelihood, "
+        "which counts the spread of q(W) at them once, not twice as the ELBO's noise and the predictive "
+        "do).",
         "",
-        "| model | dataset | splits | c | s | coverage95: unscaled → noise × c → predictive × s | "
-        "NLL: unscaled → noise × c → predictive × s |",
-        "|---|---|---|---|---|---|---|",
+        "| model | dataset | splits | c chosen on | c | s | "
+        "coverage95: unscaled → noise × c → predictive × s | NLL: unscaled → noise × c → predictive × s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for e in held:
         pred = e.get("predictive_scale") is not None
         s_text = f"{e['predictive_scale']:.2f}" if pred else "–"
         cov_p = f"{e['coverage95_predictive']:.3f}" if pred else "–"
         nll_p = f"{e['nll_predictive']:.3f}" if pred else "–"
+        rows = e.get("noise_scale_rows", "held-out")
         lines.append(
-            f"| {e['model']} | {e['dataset']} | {e['splits']} | {e['noise_scale']:.2f} | {s_text} | "
+            f"| {e['model']} | {e['dataset']} | {e['splits']} | {rows} | {e['noise_scale']:.2f} | {s_text} | "
             f"{e['coverage95_unscaled']:.3f} → {e['coverage95']:.3f} → {cov_p} | "
             f"{e['nll_unscaled']:.3f} → {e['nll']:.3f} → {nll_p} |"
         )

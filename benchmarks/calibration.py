@@ -71,7 +71,8 @@ from pathlib import Path
 
 import numpy as np
 from _calibration_choice import choice_summary, choice_table
-from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, scale_noise
+from _calibration_figure import reliability_figure
+from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, noise_factor, scale_noise
 from _calibration_shape import shape_table
 from _calibration_target import DATASET_ORDER, DATASETS, TARGET_SPLITS, default_labels, target_table
 from _calibration_verify import committed_rows, refit_arguments, verify
@@ -104,12 +105,14 @@ def fit_row(
     steps: int | None = None,
     holdout: float = 0.0,
     likelihoods: list | None = None,
+    train_noise: bool = False,
 ) -> dict:
     """One fit of ``spec`` (``model[:guide]``, builder ``options``, ``guide_options``, ``steps`` if not the
     entry's default) on ``uci:dataset`` split ``split`` and its calibration row (named ``spec+label`` when a
     label is given).  ``holdout > 0``: the held-out noise scale (:func:`heldout_factors`,
     :func:`scale_noise`).  ``likelihoods``: fit under each and keep the highest ELBO
-    (:mod:`zoo.experiments.starts`)."""
+    (:mod:`zoo.experiments.starts`).  ``train_noise``: the noise factor that the training rows' own
+    mixture predictive chooses (:func:`noise_factor` on them), applied as the held-out one is."""
     import torch
 
     from zoo.data.registry import load_dataset
@@ -142,6 +145,9 @@ def fit_row(
     extra: dict = {}
     if holdout:
         pred, extra = scale_noise(run.dataset, pred, y, factors["noise"], factors["predictive"])
+    elif train_noise:
+        pred, extra = scale_noise(run.dataset, pred, y, noise_factor(train, ytr, ytr.size))
+        extra["noise_scale_rows"] = "training"
     loc, scale = pred.loc.double().cpu().numpy(), pred.scale.double().cpu().numpy()
     cov = interval_coverage(mixture_pit(y, loc, scale, df=pred.df), LEVELS)
     train_mse = float(np.mean((ytr - train.mean.reshape(-1).double().cpu().numpy()) ** 2))
@@ -179,6 +185,7 @@ def fit_row(
             "steps": steps,
             "holdout": holdout,
             "likelihoods": likelihoods,
+            "train_noise": train_noise,
         },
         "host": host(),
     }
@@ -221,6 +228,8 @@ def summarize(rows: list[dict]) -> list[dict]:
         dfs = [r.get("df") for r in rs]  # a Student-t likelihood's (mean fitted) degrees of freedom
         entry["df"] = statistics.fmean(dfs) if all(d is not None for d in dfs) else None
         entry["coverage"] = {lv: statistics.fmean(r["coverage"][lv] for r in rs) for lv in rs[0]["coverage"]}
+        if entry["noise_scale"] is not None:  # --holdout rows record no noise_scale_rows
+            entry["noise_scale_rows"] = rs[0].get("noise_scale_rows", "held-out")
         entry["choice"] = choice_summary(rs)  # rows that chose their likelihood by the ELBO, else None
         out.append(entry)
     return out
@@ -272,42 +281,6 @@ def _optional(entry: dict, key: str) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def reliability_figure(summary: list[dict], path: Path) -> None:
-    """Coverage against nominal level, one panel per default model (:func:`default_labels`; all models if
-    there are none), one line per dataset."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from zoo.io import atomic_save_figure
-
-    models = default_labels(summary) or sorted(dict.fromkeys(e["model"] for e in summary))
-    summary = [e for e in summary if e["model"] in models]
-    ncols = min(4, len(models))
-    nrows = -(-len(models) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.4 * nrows), squeeze=False)
-    for ax in axes.flat[len(models) :]:
-        ax.set_visible(False)
-    datasets = list(dict.fromkeys(e["dataset"] for e in summary))  # one color per dataset in every panel
-    colors = {d: plt.get_cmap("tab10")(i % 10) for i, d in enumerate(datasets)}
-    for ax, model in zip(axes.flat, models):
-        ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")
-        for e in (e for e in summary if e["model"] == model):
-            cov = [e["coverage"][str(lv)] for lv in LEVELS]
-            ax.plot(LEVELS, cov, marker="o", ms=3, label=e["dataset"], color=colors[e["dataset"]])
-        ax.set_xlim(0.45, 1.0)
-        ax.set_ylim(0.45, 1.01)
-        ax.set_title(model, fontsize=9)
-        ax.set_xlabel("nominal level")
-    for row in axes:
-        row[0].set_ylabel("empirical coverage")
-    widest = max(range(len(models)), key=lambda i: sum(e["model"] == models[i] for e in summary))
-    axes.flat[widest].legend(fontsize=7)
-    fig.tight_layout()
-    atomic_save_figure(fig, path)
-
-
 def _verify(a: argparse.Namespace, p: argparse.ArgumentParser, summary_line) -> list[dict]:
     """``--verify``: re-fit the committed rows in ``OUT/calibration.json`` that the filters select (defaults,
     and labelled rows with a recipe: :mod:`_calibration_verify`); print the comparison, write nothing, exit 1
@@ -349,6 +322,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=0.0,
         help="fit on the other training rows, scale the noise on this share of them (label: holdout)",
     )
+    p.add_argument(
+        "--train-noise",
+        action="store_true",
+        help="scale the noise by the factor the training rows' own predictive chooses (label: train-noise)",
+    )
     p.add_argument("--render-only", action="store_true", help="rebuild json/md/png from the journal")
     p.add_argument(
         "--verify",
@@ -359,16 +337,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--tolerance", type=float, default=1e-6, help="largest relative difference --verify passes"
     )
     a = p.parse_args(argv)
-    if a.holdout and not a.label:
-        a.label = "holdout"
+    if a.holdout and a.train_noise:
+        p.error("--holdout and --train-noise choose the noise factor on different rows: one of them")
+    if (a.holdout or a.train_noise) and not a.label:
+        a.label = "holdout" if a.holdout else "train-noise"
     given = (a.options, a.guide_options, a.steps, a.likelihoods)
     if any(v is not None for v in given) and not a.label:
         p.error(
             "--options/--guide-options/--steps/--likelihoods need --label (the rows must not mix with the "
             "defaults')"
         )
-    if a.holdout and ((a.options or {}).get("student_t_df") is not None or a.likelihoods):
-        p.error("--holdout scales a Gaussian noise; not with a Student-t (student_t_df) or --likelihoods")
+    if (a.holdout or a.train_noise) and ((a.options or {}).get("student_t_df") is not None or a.likelihoods):
+        p.error(
+            "--holdout/--train-noise scale a Gaussian noise; not with a Student-t (student_t_df) or "
+            "--likelihoods"
+        )
     if a.likelihoods:
         from zoo.experiments.starts import resolve_likelihoods
 
@@ -378,10 +361,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             p.error(f"--likelihoods: {e}")
     if not a.render_only and not os.environ.get("ZOO_DATA_DIR"):
         p.error("needs ZOO_DATA_DIR (e.g. /work/shared/data)")
-    if a.verify and (any(v is not None for v in given) or a.label or a.holdout or a.render_only):
+    if a.verify and (
+        any(v is not None for v in given) or a.label or a.holdout or a.train_noise or a.render_only
+    ):
         p.error(
-            "--verify re-fits committed rows from their recipe: not with options, a label, --holdout or "
-            "--render-only"
+            "--verify re-fits committed rows from their recipe: not with options, a label, --holdout, "
+            "--train-noise or --render-only"
         )
     logging.basicConfig(level=logging.WARNING)
     import torch
@@ -414,6 +399,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                 a.steps,
                                 a.holdout,
                                 a.likelihoods,
+                                a.train_noise,
                             )
                             append_line(fh, json.dumps(row))
                             print(json.dumps(row), flush=True)
@@ -431,7 +417,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         atomic_write_many(
             {record: json.dumps(payload, indent=1).encode(), out / "calibration.md": text.encode()}
         )
-        reliability_figure(target or summary, out / "calibration.png")
+        reliability_figure(target or summary, out / "calibration.png", LEVELS)
     return summary
 
 

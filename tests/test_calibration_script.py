@@ -225,10 +225,63 @@ def test_holdout_table(benchmark_script):
     summary = mod.summarize(rows)
     assert summary[1]["noise_scale"] == pytest.approx(0.55) and summary[0]["noise_scale"] is None
     text = mod.markdown(summary, ["cmd"])
-    assert "| m+holdout | yacht | 2 | 0.55 | – | 1.000 → 0.950 → – | 1.400 → 1.100 → – |" in text
+    assert "| m+holdout | yacht | 2 | held-out | 0.55 | – | 1.000 → 0.950 → – | 1.400 → 1.100 → – |" in text
     both = [
         {**r, "predictive_scale": 0.8, "coverage95_predictive": 0.96, "nll_predictive": 1.0} for r in rows
     ]
-    line = "| m+holdout | yacht | 2 | 0.55 | 0.80 | 1.000 → 0.950 → 0.960 | 1.400 → 1.100 → 1.000 |"
-    assert line in mod.markdown(mod.summarize(both), ["cmd"])
+    line = "| m+holdout | yacht | 2 | held-out | 0.55 | 0.80 | 1.000 → 0.950 → 0.960 | 1.400 → 1.100 → 1.000 "
+    assert line + "|" in mod.markdown(mod.summarize(both), ["cmd"])
     assert mod.holdout_table(mod.summarize(rows[:2])) == []  # no held-out rows: no table
+    # --train-noise rows say where their c was chosen
+    own = [{**r, "model": "m+train-noise", "noise_scale_rows": "training"} for r in rows[2:]]
+    text = mod.markdown(mod.summarize(rows + own), ["cmd"])
+    assert "| m+train-noise | yacht | 2 | training | 0.55 | – | 1.000 → 0.950 → – |" in text
+    assert "| m+holdout | yacht | 2 | held-out | 0.55 |" in text
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--holdout", "0.2", "--train-noise"], "one of them"),
+        (["--train-noise", "--options", '{"student_t_df": 4}'], "student_t_df"),
+        (["--train-noise", "--likelihoods", "gaussian", "t4", "--label", "x"], "--likelihoods"),
+        (["--verify", "--train-noise"], "--train-noise"),
+    ],
+)
+def test_train_noise_refusals(flags, message, tmp_path, capsys, monkeypatch, benchmark_script):
+    monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path))
+    mod = benchmark_script("calibration")
+    with pytest.raises(SystemExit):
+        mod.main([*flags, "--out", str(tmp_path / "out")])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_train_noise_row(data_dir, monkeypatch, benchmark_script):
+    """``train_noise``: the fit is the default's; only the noise scale of its draws changes, by the factor
+    that maximizes the training rows' own mixture predictive likelihood."""
+    from zoo.eval.metrics import mixture_nll
+    from zoo.experiments.registry import get_entry
+
+    mod = benchmark_script("calibration")
+    monkeypatch.setitem(get_entry("mfvi-bnn").fit_defaults, "steps", 60)
+    row = mod.fit_row("mfvi-bnn", "yacht", 0, label="train-noise", train_noise=True)
+    plain = mod.fit_row("mfvi-bnn", "yacht", 0)
+    assert row["model"] == "mfvi-bnn+train-noise" and row["noise_scale_rows"] == "training"
+    assert row["recipe"]["train_noise"] is True and plain["recipe"]["train_noise"] is False
+    assert row["nll_unscaled"] == plain["nll"] and row["coverage95_unscaled"] == plain["coverage95"]
+    assert row["rmse"] == plain["rmse"] and "predictive_scale" not in row
+    c = row["noise_scale"]
+    assert 0 < c and c != 1.0
+    # c is the optimum of the training rows' mixture NLL: 2 % either way is worse
+    import torch
+
+    from zoo.experiments.runs import RunConfig, fit_on_dataset
+
+    cfg = RunConfig(split=0, seed=0, hidden=(50,), progress=False)
+    cfg = RunConfig.from_dict({**cfg.to_dict(), "train_metrics": True})
+    run = fit_on_dataset("mfvi-bnn", "uci:yacht", cfg)
+    ytr = run.dataset.tensors(device=torch.device("cpu"))[1].reshape(-1).double().numpy()
+    loc, scale = (t.double().numpy() for t in (run.train_predictions.loc, run.train_predictions.scale))
+    best = mixture_nll(ytr, loc, c * scale)
+    assert all(best < mixture_nll(ytr, loc, f * c * scale) for f in (0.98, 1.02))
