@@ -13,8 +13,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
-from zoo.core.student_t import check_student_t_df
+from zoo.core.likelihood_options import LikelihoodOptions
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS
 from zoo.core.validation import check_bool, check_optional, check_positive
 
 __all__ = ["MFVIOptions", "BLROptions", "MFVI_UNSCALED"]
@@ -28,7 +28,7 @@ MFVI_UNSCALED = {"fan_in_scaling": False, **IG2_NOISE_OPTIONS}
 
 
 @dataclasses.dataclass(frozen=True)
-class MFVIOptions(Config):
+class MFVIOptions(LikelihoodOptions):
     """Keyword options of the ``mfvi-bnn`` builder.
 
     ``weight_scale``/``bias_scale``: prior standard deviations ``s_w``, ``s_b`` of
@@ -39,30 +39,22 @@ class MFVIOptions(Config):
     is about ``sqrt(50 (d + 1) / 2)`` target standard deviations (17 for diabetes), and the mean-field guide
     then under-fits (diabetes, 1x50: test RMSE 63.8 and 95 % coverage 1.0 unscaled, 55.3 and .955 scaled);
     ``noise_concentration``/``noise_rate``: the inverse-gamma prior on a regression likelihood's noise
-    variance (ignored for classification; default :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`);
-    ``hierarchical_scale``: the HMC baseline prior of Sheinkman & Wade 2025 (arXiv:2411.11132), App. D.2, ``W
-    ~ N(0, s_w^2 gamma / sqrt(fan_in))``, ``b ~ N(0, s_b^2 gamma)`` with one shared ``gamma ~ IG(2, 1)``
+    variance (default :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`); ``hierarchical_scale``: the HMC
+    baseline prior of Sheinkman & Wade 2025 (arXiv:2411.11132), App. D.2, ``W ~ N(0, s_w^2 gamma /
+    sqrt(fan_in))``, ``b ~ N(0, s_b^2 gamma)`` with one shared ``gamma ~ IG(2, 1)``
     (:class:`~zoo.families.baselines.hierarchical.HierarchicalGaussianPrior`; it has its own fan-in factor).
     ``activation``: the hidden units' nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`;
     the reference instances use ``tanh`` where ReLU's rescaling symmetry stalls NUTS).
-    ``heteroscedastic``: a second network output ``g`` per target and noise ``sigma^2 exp(g(x))``
-    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
     :data:`MFVI_UNSCALED` holds the published baselines' options.
-    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
-    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
+    The likelihood options (``noise_concentration``, ``noise_rate``, ``heteroscedastic``, ``student_t_df``,
+    ``student_t_learn_df``) are those of :class:`~zoo.core.likelihood_options.LikelihoodOptions`.
     """
 
     weight_scale: float = 1.0
     bias_scale: float = 1.0
     fan_in_scaling: bool | None = None
-    noise_concentration: float = WEAK_NOISE_PRIOR[0]
-    noise_rate: float = WEAK_NOISE_PRIOR[1]
     hierarchical_scale: bool = False
     activation: str = "relu"
-    heteroscedastic: bool = False
-    student_t_df: float | None = None
-    student_t_learn_df: bool = False
 
     @property
     def scaled(self) -> bool:
@@ -70,12 +62,10 @@ class MFVIOptions(Config):
         return (not self.hierarchical_scale) if self.fan_in_scaling is None else self.fan_in_scaling
 
     def validate(self) -> None:
+        super().validate()
         check_optional("fan_in_scaling", self.fan_in_scaling, check_bool)
         check_bool("hierarchical_scale", self.hierarchical_scale)
-        check_bool("heteroscedastic", self.heteroscedastic)
-        check_optional("student_t_df", self.student_t_df, check_student_t_df)
-        check_bool("student_t_learn_df", self.student_t_learn_df)
-        for name in ("weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
+        for name in ("weight_scale", "bias_scale"):
             check_positive(name, getattr(self, name))
         check_activation(self.activation)
         if self.hierarchical_scale and self.fan_in_scaling:

@@ -12,9 +12,8 @@ import dataclasses
 
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR
-from zoo.core.student_t import check_student_t_df
-from zoo.core.validation import check_optional, check_positive
+from zoo.core.likelihood_options import LikelihoodOptions
+from zoo.core.validation import check_positive
 from zoo.families.bowtie.prior import check_gig_params
 
 __all__ = ["BowtieOptions", "NGIGOptions"]
@@ -80,7 +79,7 @@ class BowtieOptions(Config):
 
 
 @dataclasses.dataclass(frozen=True)
-class NGIGOptions(Config):
+class NGIGOptions(LikelihoodOptions):
     """Keyword options of the ``ngig-bnn`` builder (:mod:`zoo.families.bowtie.ngig_mlp`): the N-GIG prior of
     Eqs. (5)–(7) on a deterministic ReLU MLP.
 
@@ -90,14 +89,11 @@ class NGIGOptions(Config):
     defaults the prior variance of a weight is ``E[tau] E[psi] = 1 / fan_in``).  No data-dependent
     defaults: the targets are standardized, as for ``mfvi-bnn``.  ``noise_concentration``/``noise_rate``:
     the inverse-gamma prior of a regression likelihood's noise variance (``mfvi-bnn``'s default,
-    :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`; ignored for classification).
-    ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
-    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).  ``activation``: the hidden units'
-    nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`; the paper's network is ReLU, the
-    reference instance ``ngig-cubic-tanh`` uses ``tanh``, whose units have no rescaling symmetry).
-    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
-    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
+    :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`).  ``activation``: the hidden units' nonlinearity (a key
+    of :data:`zoo.core.architectures.ACTIVATIONS`; the paper's network is ReLU, the reference instance
+    ``ngig-cubic-tanh`` uses ``tanh``, whose units have no rescaling symmetry).
+    The likelihood options (``noise_concentration``, ``noise_rate``, ``heteroscedastic``, ``student_t_df``,
+    ``student_t_learn_df``) are those of :class:`~zoo.core.likelihood_options.LikelihoodOptions`.
     """
 
     nu_glob: float = -1.5
@@ -108,21 +104,13 @@ class NGIGOptions(Config):
     lam_loc: float = 0.0
     bias_scale: float = 1.0
     scale_with_architecture: bool = True
-    noise_concentration: float = WEAK_NOISE_PRIOR[0]
-    noise_rate: float = WEAK_NOISE_PRIOR[1]
-    heteroscedastic: bool = False
-    student_t_df: float | None = None
-    student_t_learn_df: bool = False
     activation: str = "relu"
 
     def validate(self) -> None:
+        super().validate()
         _check_bool("scale_with_architecture", self.scale_with_architecture)
-        _check_bool("heteroscedastic", self.heteroscedastic)
-        check_optional("student_t_df", self.student_t_df, check_student_t_df)
-        _check_bool("student_t_learn_df", self.student_t_learn_df)
         check_activation(self.activation)
-        for name in ("bias_scale", "noise_concentration", "noise_rate"):
-            check_positive(name, _check_real(name, getattr(self, name)))
+        check_positive("bias_scale", _check_real("bias_scale", self.bias_scale))
         glob = [_check_real(n, getattr(self, n)) for n in ("nu_glob", "delta_glob", "lam_glob")]
         check_gig_params("nu_glob/delta_glob/lam_glob", *glob)
         loc = [_check_real(n, getattr(self, n)) for n in ("nu_loc", "delta_loc", "lam_loc")]

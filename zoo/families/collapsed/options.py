@@ -14,10 +14,9 @@ from __future__ import annotations
 import dataclasses
 
 from zoo.core.architectures import check_activation
-from zoo.core.config import Config
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS, WEAK_NOISE_PRIOR
-from zoo.core.student_t import check_student_t_df
-from zoo.core.validation import check_bool, check_optional, check_positive, check_probability
+from zoo.core.likelihood_options import LikelihoodOptions
+from zoo.core.likelihoods import IG2_NOISE_OPTIONS
+from zoo.core.validation import check_bool, check_positive, check_probability
 
 __all__ = ["CollapsedOptions", "COLLAPSED_IG2_NOISE"]
 
@@ -27,24 +26,21 @@ COLLAPSED_IG2_NOISE = dict(IG2_NOISE_OPTIONS)
 
 
 @dataclasses.dataclass(frozen=True)
-class CollapsedOptions(Config):
+class CollapsedOptions(LikelihoodOptions):
     """Keyword options of :func:`zoo.families.collapsed.entry.build_collapsed` (module docstring).
 
     ``gamma_scale``, ``alpha_reg`` (in ``(0, 1]``): CM; ``alpha``, ``beta``: CV/CMV; ``delta`` (in
     ``(0, 1)``): CMV; ``fan_in_scaling``: ``gamma = gamma_scale / fan_in`` (else ``gamma_scale``);
     ``learn_hyper``: learn ``alpha_reg`` (CM) / ``delta`` (CMV) per layer by maximizing the bound (not for
     CV, which the prior rejects); ``noise_concentration``/``noise_rate``: the regression noise prior on the
-    standardized targets' variance, ``IG(noise_concentration, noise_rate)`` (ignored otherwise; default
+    standardized targets' variance, ``IG(noise_concentration, noise_rate)`` (default
     :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR`, ``IG(1, 0.01)``: Tomczak et al. 2021 state no noise
     prior; the zoo's earlier ``IG(2, 0.5)`` acts as four pseudo-observations of variance 0.25 and doubled
     the noise variance on yacht, and stays pinned as :data:`COLLAPSED_IG2_NOISE` by ``collapsed-uci``);
     ``activation``: the hidden units' nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`;
     the reference instances use ``tanh``, as for ``mfvi-bnn``).
-    ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
-    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
-    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
-    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
+    The likelihood options (``noise_concentration``, ``noise_rate``, ``heteroscedastic``, ``student_t_df``,
+    ``student_t_learn_df``) are those of :class:`~zoo.core.likelihood_options.LikelihoodOptions`.
     """
 
     gamma_scale: float = 1.0
@@ -54,19 +50,13 @@ class CollapsedOptions(Config):
     delta: float = 0.1
     fan_in_scaling: bool = True
     learn_hyper: bool = False
-    noise_concentration: float = WEAK_NOISE_PRIOR[0]
-    noise_rate: float = WEAK_NOISE_PRIOR[1]
     activation: str = "relu"
-    heteroscedastic: bool = False
-    student_t_df: float | None = None
-    student_t_learn_df: bool = False
 
     def validate(self) -> None:
-        for name in ("fan_in_scaling", "learn_hyper", "heteroscedastic"):
+        super().validate()
+        for name in ("fan_in_scaling", "learn_hyper"):
             check_bool(name, getattr(self, name))
-        check_optional("student_t_df", self.student_t_df, check_student_t_df)
-        check_bool("student_t_learn_df", self.student_t_learn_df)
-        for name in ("gamma_scale", "alpha", "beta", "noise_concentration", "noise_rate"):
+        for name in ("gamma_scale", "alpha", "beta"):
             check_positive(name, getattr(self, name))
         check_probability("alpha_reg", self.alpha_reg, allow_one=True)
         check_probability("delta", self.delta)

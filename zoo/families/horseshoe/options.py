@@ -15,30 +15,25 @@ from __future__ import annotations
 import dataclasses
 
 from zoo.core.architectures import check_activation
-from zoo.core.config import Config
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR
-from zoo.core.student_t import check_student_t_df
-from zoo.core.validation import check_bool, check_optional, check_positive
+from zoo.core.likelihood_options import LikelihoodOptions
+from zoo.core.validation import check_positive
 
 __all__ = ["HorseshoeOptions"]
 
-_POSITIVE = ("b0", "bg", "b_kappa", "c_a", "c_b", "noise_concentration", "noise_rate")
+_POSITIVE = ("b0", "bg", "b_kappa", "c_a", "c_b")
 
 
 @dataclasses.dataclass(frozen=True)
-class HorseshoeOptions(Config):
+class HorseshoeOptions(LikelihoodOptions):
     """Keyword options of :func:`zoo.families.horseshoe.entry.build_hs` (module docstring).
 
     ``regularized``: the regularized horseshoe (Eq. 2) with the slab ``c^2 ~ IG(c_a, c_b)``; ``centered``:
     the centered parameterization; ``b0``, ``bg``, ``b_kappa``: the half-Cauchy scales of the unit, layer
     and output-weight scales (Eq. 1); ``noise_concentration``/``noise_rate``: the Gamma prior on the noise
-    precision of a regression likelihood (ignored for classification); ``activation``: the hidden units'
-    nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`).
-    ``heteroscedastic``: input-dependent noise ``sigma^2 exp(g(x))`` from a second network output per target
-    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
-    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
-    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
+    precision of a regression likelihood (default and the paper's ``Gamma(6, 6)``: module docstring);
+    ``activation``: the hidden units' nonlinearity (a key of :data:`zoo.core.architectures.ACTIVATIONS`).
+    The likelihood options (``noise_concentration``, ``noise_rate``, ``heteroscedastic``, ``student_t_df``,
+    ``student_t_learn_df``) are those of :class:`~zoo.core.likelihood_options.LikelihoodOptions`.
     """
 
     regularized: bool = False
@@ -48,17 +43,10 @@ class HorseshoeOptions(Config):
     b_kappa: float = 5.0
     c_a: float = 2.0
     c_b: float = 6.0
-    noise_concentration: float = WEAK_NOISE_PRIOR[0]
-    noise_rate: float = WEAK_NOISE_PRIOR[1]
     activation: str = "relu"
-    heteroscedastic: bool = False
-    student_t_df: float | None = None
-    student_t_learn_df: bool = False
 
     def validate(self) -> None:
-        check_bool("heteroscedastic", self.heteroscedastic)
-        check_optional("student_t_df", self.student_t_df, check_student_t_df)
-        check_bool("student_t_learn_df", self.student_t_learn_df)
+        super().validate()
         for name in ("regularized", "centered"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

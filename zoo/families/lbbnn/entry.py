@@ -36,12 +36,10 @@ from guides.lbbnn.meanfield import MeanFieldLBBNNGuide
 from guides.lbbnn.mvn import MVNLBBNNGuide
 from guides.lbbnn.training import fit_lbbnn_staged
 from zoo.core.architectures import MLP
-from zoo.core.config import Config, resolve
-from zoo.core.likelihood_options import student_t_options, task_likelihood
-from zoo.core.likelihoods import WEAK_NOISE_PRIOR
+from zoo.core.config import resolve
+from zoo.core.likelihood_options import LikelihoodOptions, student_t_options, task_likelihood
 from zoo.core.model import BayesianModel
-from zoo.core.student_t import check_student_t_df
-from zoo.core.validation import check_bool, check_optional, check_positive, check_positive_int
+from zoo.core.validation import check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
 from zoo.eval.metrics import selection_rates
 from zoo.experiments.registry import ModelEntry, register
@@ -71,19 +69,16 @@ def _real(name: str, value: object) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class LBBNNOptions(Config):
+class LBBNNOptions(LikelihoodOptions):
     """The ``lbbnn`` builder's options (module docstring; defaults as the builder always had).
 
     Regression ``noise``: ``"inverse_gamma"`` (variance ~ IG(``noise_concentration``, ``noise_rate``),
     default :data:`zoo.core.likelihoods.WEAK_NOISE_PRIOR` = ``IG(1, 0.01)``; neither LBBNN paper states a
     noise prior, and the zoo's earlier ``IG(2, 0.5)`` is kept by the exact reference instances) or
     ``"fixed"`` (variance 1 on the standardized targets, as in Skaaret-Lund et al. 2023, arXiv:2305.03395,
-    App. C); classification ignores the noise options.  ``heteroscedastic``: input-dependent noise
-    ``sigma^2 exp(g(x))`` from a second network output per target
-    (:class:`~zoo.core.likelihoods.GaussianLikelihood`; regression only).
-    ``student_t_df``: ``None`` (default, Gaussian) or the degrees of freedom (> 2) of a Student-t
-    likelihood, robust to heavy-tailed errors (:class:`~zoo.core.student_t.StudentTLikelihood`;
-    regression only); ``student_t_learn_df``: learn them, starting there (type-II maximum likelihood).
+    App. C); classification ignores the noise options.
+    The likelihood options (``noise_concentration``, ``noise_rate``, ``heteroscedastic``, ``student_t_df``,
+    ``student_t_learn_df``) are those of :class:`~zoo.core.likelihood_options.LikelihoodOptions`.
     """
 
     inclusion: float = 0.25
@@ -96,17 +91,10 @@ class LBBNNOptions(Config):
     b_psi: float = 3.0
     a_beta: float = 2.0
     b_beta: float = 1.0
-    noise_concentration: float = WEAK_NOISE_PRIOR[0]
-    noise_rate: float = WEAK_NOISE_PRIOR[1]
     noise: str = "inverse_gamma"
-    heteroscedastic: bool = False
-    student_t_df: float | None = None
-    student_t_learn_df: bool = False
 
     def validate(self) -> None:
-        check_bool("heteroscedastic", self.heteroscedastic)
-        check_optional("student_t_df", self.student_t_df, check_student_t_df)
-        check_bool("student_t_learn_df", self.student_t_learn_df)
+        super().validate()
         if self.hyper not in HYPER_MODES:
             raise ValueError(f"hyper must be one of {HYPER_MODES}, got {self.hyper!r}")
         if self.noise not in NOISE_MODES:
@@ -117,8 +105,6 @@ class LBBNNOptions(Config):
             raise ValueError(f"eb_stop_inclusion must lie in [0, 1), got {self.eb_stop_inclusion!r}")
         check_positive_int("eb_steps", self.eb_steps, allow_zero=True)
         for name in ("slab_var", "bias_scale", "a_psi", "b_psi", "a_beta", "b_beta"):
-            check_positive(name, _real(name, getattr(self, name)))
-        for name in ("noise_concentration", "noise_rate"):
             check_positive(name, _real(name, getattr(self, name)))
 
 
