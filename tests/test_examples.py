@@ -317,3 +317,26 @@ def test_installed_package_benches_at_smoke_size(installed, tmp_path, data_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     assert {"leaderboard.md", "leaderboard.json", "leaderboard.png"} <= {p.name for p in out.iterdir()}
     assert "dl-bnn" in (out / "leaderboard.md").read_text()
+
+
+def test_likelihood_options_come_from_the_zoo():
+    """``DLOptions`` derives from :class:`zoo.LikelihoodOptions`: the plugin takes the zoo's Student-t and
+    input-dependent noise without code of its own, and fits with them."""
+    from zoo import LikelihoodOptions, StudentTLikelihood, fit
+
+    assert issubclass(dl.DLOptions, LikelihoodOptions)
+    assert dl.DLOptions().noise_concentration == 6.0  # its own default over the base's
+    with pytest.raises(ValueError, match="student_t_df"):
+        dl.DLOptions(student_t_df=1.5)
+    t = dl.build(3, 1, "regression", (4,), student_t_df=4.0)
+    assert isinstance(t.likelihood, StudentTLikelihood) and t.likelihood.predictive_df == 4.0
+    het = dl.build(3, 1, "regression", (4,), heteroscedastic=True)
+    assert het.likelihood.network_outputs == 2 and het.architecture.out_features == 2
+    assert dl.build(3, 1, "binary", (4,)).architecture.out_features == 1
+    torch.manual_seed(0)
+    x = torch.randn(40, 3)
+    y = x[:, 0] + 0.1 * torch.randn(40)
+    for model in (t, het):
+        result = fit(model, dl.DLGuide(model), x, y, steps=5, seed=0)
+        pred = result.predict(x[:5], num_samples=4)
+        assert torch.isfinite(pred.mean).all() and (pred.var > 0).all()

@@ -39,6 +39,8 @@ _API: dict[str, str] = {
     "BernoulliLikelihood": "zoo.core.likelihoods",
     "CategoricalLikelihood": "zoo.core.likelihoods",
     "make_likelihood": "zoo.core.likelihoods",
+    "LikelihoodOptions": "zoo.core.likelihood_options",
+    "options_likelihood": "zoo.core.likelihood_options",
     "ClosedFormGuide": "zoo.core.guide",
     "SparsityReport": "zoo.core.sparsity",
     "Config": "zoo.core.config",

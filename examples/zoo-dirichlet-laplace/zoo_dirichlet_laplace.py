@@ -64,7 +64,7 @@ from torch import Tensor
 
 from guides.autoguides import autoguide_factory, init_to_lecun
 from guides.flows.weightspace import weight_space_factory
-from zoo import MLP, BayesianModel, Config, ModelEntry, ParamSpec, Prior, make_likelihood
+from zoo import MLP, BayesianModel, LikelihoodOptions, ModelEntry, ParamSpec, Prior, options_likelihood
 from zoo.architectures import ACTIVATIONS
 from zoo.core.config import resolve
 from zoo.core.validation import check_positive
@@ -152,10 +152,12 @@ class DirichletLaplacePrior(Prior):
 
 
 @dataclasses.dataclass(frozen=True)
-class DLOptions(Config):
+class DLOptions(LikelihoodOptions):
     """Keyword options of :func:`build`: the prior's ``a``, ``weight_scale``, ``bias_scale`` and
-    ``sample_psi`` (:class:`DirichletLaplacePrior`), the hidden ``activation``, and the Gamma prior on a
-    regression likelihood's noise precision (the zoo horseshoe's ``Gamma(6, 6)``; ignored otherwise)."""
+    ``sample_psi`` (:class:`DirichletLaplacePrior`) and the hidden ``activation``.  Deriving from
+    :class:`zoo.LikelihoodOptions` gives the entry the zoo's regression likelihood options — the noise
+    prior (here a Gamma on the precision, ``Gamma(6, 6)`` as in Ghosh, Yao & Doshi-Velez 2019, §6),
+    ``heteroscedastic`` and ``student_t_df`` — so ``zoo fit --likelihoods`` can choose among them."""
 
     a: float = 0.5
     weight_scale: float = 1.0
@@ -166,7 +168,8 @@ class DLOptions(Config):
     noise_rate: float = 6.0
 
     def validate(self) -> None:
-        for name in ("a", "weight_scale", "bias_scale", "noise_concentration", "noise_rate"):
+        super().validate()  # the likelihood options
+        for name in ("a", "weight_scale", "bias_scale"):
             check_positive(name, getattr(self, name))
         if not isinstance(self.sample_psi, bool):
             raise ValueError(f"sample_psi must be a bool, got {self.sample_psi!r}")
@@ -182,14 +185,13 @@ def build(
     options: DLOptions | Mapping | None = None,
     **kwargs,
 ) -> BayesianModel:
-    """``MLP(in, hidden, out) x DirichletLaplacePrior x likelihood of task`` (regression: Gaussian with a
-    Gamma prior on the precision); ``options`` (:class:`DLOptions` or a mapping) updated by keywords."""
+    """``MLP(in, hidden, out) x DirichletLaplacePrior x likelihood of task`` (regression: Gaussian or
+    Student-t with a Gamma prior on the precision, :func:`zoo.options_likelihood`); ``options``
+    (:class:`DLOptions` or a mapping) updated by keywords."""
     opts = resolve(DLOptions, options, kwargs)
-    arch = MLP(in_features, hidden, 1 if task == "binary" else out_features, activation=opts.activation)
+    lik = options_likelihood(task, out_features, "gamma", opts)
+    arch = MLP(in_features, hidden, lik.network_outputs, activation=opts.activation)
     prior = DirichletLaplacePrior(opts.a, opts.weight_scale, opts.bias_scale, opts.sample_psi)
-    lik = make_likelihood(
-        task, out_features, noise="gamma", concentration=opts.noise_concentration, rate=opts.noise_rate
-    )
     return BayesianModel(arch, prior, lik)
 
 
