@@ -72,7 +72,15 @@ from pathlib import Path
 import numpy as np
 from _calibration_choice import choice_summary, choice_table
 from _calibration_figure import reliability_figure
-from _calibration_holdout import heldout_factors, holdout_dataset, holdout_table, noise_factor, scale_noise
+from _calibration_holdout import (
+    conformal_fields,
+    conformal_table,
+    heldout_factors,
+    holdout_dataset,
+    holdout_table,
+    noise_factor,
+    scale_noise,
+)
 from _calibration_shape import shape_table
 from _calibration_target import DATASET_ORDER, DATASETS, TARGET_SPLITS, default_labels, target_table
 from _calibration_verify import committed_rows, refit_arguments, verify
@@ -90,6 +98,9 @@ OPTIONAL = (
     "coverage95_predictive",
     "nll_predictive",
     "nll_mixture",
+    "conformal_quantile",
+    "coverage95_conformal",
+    "coverage95_conformal_full",
 )
 #: the held-out rows of split ``k`` are drawn with seed ``HOLDOUT_SEED + k`` (``--holdout``)
 HOLDOUT_SEED = 1000
@@ -144,7 +155,8 @@ def fit_row(
     y, ytr = yte.reshape(-1).double().numpy(), ytr.reshape(-1).double().numpy()
     extra: dict = {}
     if holdout:
-        pred, extra = scale_noise(run.dataset, pred, y, factors["noise"], factors["predictive"])
+        raw, (pred, extra) = pred, scale_noise(run.dataset, pred, y, factors["noise"], factors["predictive"])
+        extra |= conformal_fields(raw, y, factors)
     elif train_noise:
         pred, extra = scale_noise(run.dataset, pred, y, noise_factor(train, ytr, ytr.size))
         extra["noise_scale_rows"] = "training"
@@ -255,6 +267,7 @@ def markdown(summary: list[dict], commands: list[str], target: list[dict] | None
         *(target_table(summary) if target is None else target_table(target, summary)),
         *shape_table(target or summary, default_labels(target or summary)),
         *holdout_table(summary),
+        *conformal_table(summary),
         *choice_table(summary),
         "Commands (rows of every one are in the table):",
         "",

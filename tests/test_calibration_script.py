@@ -210,6 +210,9 @@ def test_holdout_row(data_dir, monkeypatch, benchmark_script):
     assert row["nll_unscaled"] == plain["nll"] and row["coverage95_unscaled"] == plain["coverage95"]
     assert row["rmse"] == plain["rmse"] and row["train_spread"] == plain["train_spread"]
     assert row["predictive_scale"] > 0 and 0 <= row["coverage95_predictive"] <= 1
+    # split conformal: the held-out fit's factor, its test coverage, and the factor on the full fit
+    assert row["conformal_quantile"] > 0 and 0 <= row["coverage95_conformal"] <= 1
+    assert 0 <= row["coverage95_conformal_full"] <= 1
 
 
 def test_holdout_table(benchmark_script):
@@ -237,6 +240,14 @@ def test_holdout_table(benchmark_script):
     text = mod.markdown(mod.summarize(rows + own), ["cmd"])
     assert "| m+train-noise | yacht | 2 | training | 0.55 | – | 1.000 → 0.950 → – |" in text
     assert "| m+holdout | yacht | 2 | held-out | 0.55 |" in text
+    assert "Split conformal" not in text  # rows without conformal fields: no table
+    conf = [
+        {**r, "conformal_quantile": 1.959964 * (0.7 + 0.1 * r["split"]), "coverage95_conformal": 0.96,
+         "coverage95_conformal_full": 0.94}
+        for r in rows[2:]
+    ]  # fmt: skip
+    text = mod.markdown(mod.summarize(rows[:2] + conf), ["cmd"])
+    assert "| m+holdout | yacht | 2 | 0.75 | 1.000 → 0.960 → 0.940 |" in text
 
 
 @pytest.mark.parametrize(
@@ -285,3 +296,27 @@ def test_train_noise_row(data_dir, monkeypatch, benchmark_script):
     loc, scale = (t.double().numpy() for t in (run.train_predictions.loc, run.train_predictions.scale))
     best = mixture_nll(ytr, loc, c * scale)
     assert all(best < mixture_nll(ytr, loc, f * c * scale) for f in (0.98, 1.02))
+
+
+def test_conformal_fields_use_held_out_rows_for_q_and_the_rest_for_coverage(benchmark_script):
+    """The first ``n_val`` rows choose ``q`` (the ceil(0.95 (n + 1))-th smallest normalized residual); the
+    coverage counts only the rows after them; on another fit ``q`` is applied to that fit's sd."""
+    import torch
+
+    from zoo.infer.predict import Predictions
+
+    mod = benchmark_script("_calibration_holdout")
+    n_val = 19  # k = 19: q is the largest held-out score
+    held = np.arange(1, n_val + 1) / 10.0  # scores 0.1 ... 1.9 with sd 1
+    test = np.array([0.5, 1.8, 1.95, -3.0])  # with sd 2: scores 0.25, 0.9, 0.975, 1.5
+    y = np.concatenate([held, test])
+    sd = np.concatenate([np.ones(n_val), 2 * np.ones(4)])
+    pred = Predictions("regression", mean=torch.zeros(y.size), var=torch.tensor(sd**2))
+    q, cov = mod.conformal_scale_on(pred, y, n_val)
+    assert q == pytest.approx(1.9) and cov == 1.0  # every test score is below 1.9
+    full = Predictions("regression", mean=torch.zeros(4), var=torch.ones(4))
+    fields = mod.conformal_fields(full, test, {"conformal": q, "conformal_coverage": cov})
+    assert fields["coverage95_conformal_full"] == 0.5  # |0.5|, |1.8| inside 1.9; 1.95, 3.0 outside
+    assert fields["conformal_quantile"] == q and fields["coverage95_conformal"] == cov
+    with pytest.raises(ValueError, match="at least 19"):
+        mod.conformal_scale_on(pred, y, 18)

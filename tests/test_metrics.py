@@ -832,3 +832,54 @@ def test_mixture_pit_and_interval_coverage_refuse_bad_input():
         M.interval_coverage([1.5])
     with pytest.raises(ValueError, match="levels"):
         M.interval_coverage([0.5], [1.2])
+
+
+@pytest.mark.parametrize("n, expected", [(39, 38 / 40), (38, 38 / 39)])
+def test_conformal_scale_covers_k_over_n_plus_one(n, expected):
+    """Split conformal: a new exchangeable row falls inside ``mean +- q sd`` with probability exactly
+    ``k / (n + 1)``, ``k = ceil((n + 1) 0.95)`` — here with heavy-tailed t(3) errors and a predictive sd that
+    is wrong by a factor 2.  Monte Carlo over 2000 calibration sets, 50 new rows each; the tolerance is five
+    standard errors (the per-set coverage is Beta(k, n + 1 - k))."""
+    from zoo.eval.metrics import conformal_scale
+
+    rng = np.random.default_rng(0)
+    reps, m = 2000, 50
+    k = math.ceil((n + 1) * 0.95)
+    hits = []
+    for _ in range(reps):
+        e = 2.0 * rng.standard_t(3, size=n + m)
+        q = conformal_scale(e[:n], np.zeros(n), np.ones(n))
+        hits.append(np.mean(np.abs(e[n:]) <= q))
+    beta_var = k * (n + 1 - k) / ((n + 1) ** 2 * (n + 2))
+    se = math.sqrt(beta_var / reps + expected * (1 - expected) / (reps * m))
+    assert abs(np.mean(hits) - expected) < 5 * se
+
+
+def test_conformal_scale_of_a_calibrated_gaussian_is_the_normal_quantile():
+    from zoo.eval.metrics import conformal_scale
+
+    rng = np.random.default_rng(1)
+    n = 200_000
+    sd = rng.uniform(0.5, 3.0, size=n)
+    mean = rng.normal(size=n)
+    y = mean + sd * rng.normal(size=n)
+    q = conformal_scale(y, mean, sd**2)
+    # the sample quantile's sd: sqrt(p (1 - p) / n) / f(q), f = 2 phi(1.96) the density of |Z|
+    se = math.sqrt(0.95 * 0.05 / n) / (2 * math.exp(-0.5 * 1.96**2) / math.sqrt(2 * math.pi))
+    assert abs(q - 1.959964) < 5 * se
+    assert conformal_scale(y, mean, 4 * sd**2) == pytest.approx(q / 2)  # a predictive twice too wide
+
+
+def test_conformal_scale_refuses_what_bounds_no_interval():
+    from zoo.eval.metrics import conformal_scale
+
+    ok = np.linspace(-1, 1, 19)
+    assert conformal_scale(ok, np.zeros(19), np.ones(19)) == 1.0  # k = 19: the largest score
+    with pytest.raises(ValueError, match="at least 19"):
+        conformal_scale(ok[:18], np.zeros(18), np.ones(18))
+    with pytest.raises(ValueError, match="y"):
+        conformal_scale(np.array([np.nan] * 20), np.zeros(20), np.ones(20))
+    with pytest.raises(ValueError, match="var"):
+        conformal_scale(np.zeros(20), np.zeros(20), np.zeros(20))
+    with pytest.raises(ValueError, match="level"):
+        conformal_scale(np.zeros(20), np.zeros(20), np.ones(20), level=1.0)

@@ -95,6 +95,7 @@ __all__ = [
     "heldout_noise_scale",
     "nll_from_loglik",
     "categorical_nll",
+    "conformal_scale",
     "coverage",
     "coverage_from_samples",
     "interval_width_ratio",
@@ -262,6 +263,31 @@ def coverage(y: Any, mean: Any, var: Any, level: float = 0.95) -> float:
     v = _positive_broadcast("var", var, y_.shape, "the shape of `y`")
     half = NormalDist().inv_cdf(0.5 * (1.0 + lv)) * np.sqrt(v)
     return float(np.mean((y_ >= m - half) & (y_ <= m + half)))
+
+
+def conformal_scale(y: Any, mean: Any, var: Any, level: float = 0.95) -> float:
+    """The split-conformal factor ``q`` on the predictive standard deviation: with calibration rows
+    ``(y, mean, var)`` that the fit did not see, the ``ceil((n + 1) level)``-th smallest normalized residual
+    ``|y_n - mean_n| / sqrt(var_n)``.
+
+    On a new row exchangeable with the calibration rows, ``mean +- q sqrt(var)`` covers it with probability
+    at least ``level`` and below ``level + 1 / (n + 1)`` (no ties), whatever the model (Lei, G'Sell,
+    Rinaldo, Tibshirani & Wasserman 2018, "Distribution-free predictive inference for regression", JASA
+    113, §2.2 and Thm. 2.2; the normalized score of Papadopoulos, Proedrou, Vovk & Gammerman 2002, §4).
+    ``q / Phi^-1((1 + level) / 2)`` is then how many times too wide the Gaussian interval was.  A
+    ``ValueError`` when ``n < level / (1 - level)``, where the interval would be unbounded.
+    """
+    lv = check_level("level", level)
+    y_, m = _target_and_mean(y, mean)
+    v = _positive_broadcast("var", var, y_.shape, "the shape of `y`")
+    scores = np.sort((np.abs(y_ - m) / np.sqrt(v)).reshape(-1))
+    k = math.ceil((scores.size + 1) * lv)
+    if k > scores.size:
+        raise ValueError(
+            f"y: {scores.size} calibration rows bound no interval at level {lv}; at least "
+            f"{math.ceil(lv / (1.0 - lv))} are needed"
+        )
+    return float(scores[k - 1])
 
 
 def coverage_from_samples(y: Any, samples: Any, level: float = 0.95) -> float:
