@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from zoo.eval.metrics import gaussian_nll, rmse
+
+#: the standard normal's 0.975 quantile: the Gaussian 95 % interval is mean +- Z95 sd
+Z95 = 1.959963984540054
+
 
 def holdout_dataset(ds, share: float, seed: int) -> tuple:
     """``(dataset, n_val)``: ``ds`` with a seeded ``share`` of its training rows (at least one, leaving at
@@ -54,7 +59,9 @@ def heldout_factors(model: str, held, n_val: int, cfg) -> dict[str, float]:
     the factors its held-out rows choose: ``{"noise": c, "predictive": s, "conformal": q}``
     (:func:`noise_factor`, :func:`predictive_factor`, :func:`zoo.eval.metrics.conformal_scale` at 0.95), and
     ``"conformal_coverage"``: the coverage of that fit's split-conformal interval ``mean +- q sd`` on the test
-    rows (Lei et al. 2018, §2.2: at least 0.95 in expectation over splits, by exchangeability)."""
+    rows (Lei et al. 2018, §2.2: at least 0.95 in expectation over splits, by exchangeability), with
+    ``"conformal_nll"`` / ``"conformal_rmse"``: that fit's test NLL with its Gaussian predictive's sd times
+    ``q / 1.96`` and its test RMSE (what fitting on fewer rows costs)."""
     import dataclasses
 
     import torch
@@ -65,11 +72,14 @@ def heldout_factors(model: str, held, n_val: int, cfg) -> dict[str, float]:
     y = run.dataset.tensors(device=torch.device("cpu"))[3].reshape(-1).double().numpy()
     pred = run.predictions
     q, test = conformal_scale_on(pred, y, n_val)
+    mean, var = pred.mean.double().cpu().numpy()[n_val:], pred.var.double().cpu().numpy()[n_val:]
     return {
         "noise": noise_factor(pred, y, n_val),
         "predictive": predictive_factor(pred, y, n_val),
         "conformal": q,
         "conformal_coverage": test,
+        "conformal_nll": gaussian_nll(y[n_val:], mean, (q / Z95) ** 2 * var),
+        "conformal_rmse": rmse(y[n_val:], mean),
     }
 
 
@@ -90,12 +100,15 @@ def inside(y: np.ndarray, mean: np.ndarray, var: np.ndarray, q: float) -> float:
 
 def conformal_fields(pred, y: np.ndarray, factors: dict) -> dict:
     """A ``--holdout`` row's conformal fields: ``conformal_quantile`` (``q``), ``coverage95_conformal`` (the
-    held-out fit's split-conformal coverage of the test rows) and ``coverage95_conformal_full`` (``q`` on the
+    held-out fit's split-conformal coverage of the test rows, with ``nll_conformal`` and ``rmse_conformal``
+    of that fit) and ``coverage95_conformal_full`` (``q`` on the
     fit on all training rows, ``pred``, which has seen the held-out rows: no guarantee there)."""
     mean, var = pred.mean.double().cpu().numpy(), pred.var.double().cpu().numpy()
     return {
         "conformal_quantile": factors["conformal"],
         "coverage95_conformal": factors["conformal_coverage"],
+        "nll_conformal": factors["conformal_nll"],
+        "rmse_conformal": factors["conformal_rmse"],
         "coverage95_conformal_full": inside(y, mean, var, factors["conformal"]),
     }
 
@@ -139,7 +152,8 @@ def scale_noise(dataset, pred, y: np.ndarray, c: float, s: float | None = None) 
 def conformal_table(summary: list[dict]) -> list[str]:
     """Markdown lines: every ``--holdout`` label with conformal fields, its split-conformal factor over the
     Gaussian quantile and the 95 % coverage of the fit as it is, of the held-out fit's split-conformal
-    interval, and of that factor on the fit on all training rows."""
+    interval, and of that factor on the fit on all training rows; the NLL of the fit as it is and of the
+    held-out fit's Gaussian predictive widened by ``q / 1.96``; the RMSE of the two fits."""
     rows = [e for e in summary if e.get("conformal_quantile") is not None]
     if not rows:
         return []
@@ -150,14 +164,16 @@ def conformal_table(summary: list[dict]) -> list[str]:
         "interval mean ± q sd on the test rows (guaranteed ≥ 0.95 in expectation) → of q on the fit on "
         "all training rows.",
         "",
-        "| model | dataset | splits | q / 1.96 | coverage95: default → split conformal → q on the full fit |",
-        "|---|---|---|---|---|",
+        "| model | dataset | splits | q / 1.96 | coverage95: default → split conformal → q on the full fit | "
+        "NLL: default → split conformal | RMSE: default → the held-out fit |",
+        "|---|---|---|---|---|---|---|",
     ]
     for e in rows:
         lines.append(
-            f"| {e['model']} | {e['dataset']} | {e['splits']} | {e['conformal_quantile'] / 1.959964:.2f} | "
+            f"| {e['model']} | {e['dataset']} | {e['splits']} | {e['conformal_quantile'] / Z95:.2f} | "
             f"{e['coverage95_unscaled']:.3f} → {e['coverage95_conformal']:.3f} → "
-            f"{e['coverage95_conformal_full']:.3f} |"
+            f"{e['coverage95_conformal_full']:.3f} | {e['nll_unscaled']:.3f} → {e['nll_conformal']:.3f} | "
+            f"{e['rmse']:.3g} → {e['rmse_conformal']:.3g} |"
         )
     return [*lines, ""]
 

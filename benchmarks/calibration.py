@@ -101,6 +101,8 @@ OPTIONAL = (
     "conformal_quantile",
     "coverage95_conformal",
     "coverage95_conformal_full",
+    "nll_conformal",
+    "rmse_conformal",
 )
 #: the held-out rows of split ``k`` are drawn with seed ``HOLDOUT_SEED + k`` (``--holdout``)
 HOLDOUT_SEED = 1000

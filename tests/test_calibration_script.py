@@ -213,6 +213,7 @@ def test_holdout_row(data_dir, monkeypatch, benchmark_script):
     # split conformal: the held-out fit's factor, its test coverage, and the factor on the full fit
     assert row["conformal_quantile"] > 0 and 0 <= row["coverage95_conformal"] <= 1
     assert 0 <= row["coverage95_conformal_full"] <= 1
+    assert np.isfinite(row["nll_conformal"]) and row["rmse_conformal"] > 0
 
 
 def test_holdout_table(benchmark_script):
@@ -243,11 +244,11 @@ def test_holdout_table(benchmark_script):
     assert "Split conformal" not in text  # rows without conformal fields: no table
     conf = [
         {**r, "conformal_quantile": 1.959964 * (0.7 + 0.1 * r["split"]), "coverage95_conformal": 0.96,
-         "coverage95_conformal_full": 0.94}
+         "coverage95_conformal_full": 0.94, "nll_conformal": 1.2, "rmse_conformal": 1.5}
         for r in rows[2:]
     ]  # fmt: skip
     text = mod.markdown(mod.summarize(rows[:2] + conf), ["cmd"])
-    assert "| m+holdout | yacht | 2 | 0.75 | 1.000 → 0.960 → 0.940 |" in text
+    assert "| m+holdout | yacht | 2 | 0.75 | 1.000 → 0.960 → 0.940 | 1.400 → 1.200 | 1 → 1.5 |" in text
 
 
 @pytest.mark.parametrize(
@@ -315,8 +316,10 @@ def test_conformal_fields_use_held_out_rows_for_q_and_the_rest_for_coverage(benc
     q, cov = mod.conformal_scale_on(pred, y, n_val)
     assert q == pytest.approx(1.9) and cov == 1.0  # every test score is below 1.9
     full = Predictions("regression", mean=torch.zeros(4), var=torch.ones(4))
-    fields = mod.conformal_fields(full, test, {"conformal": q, "conformal_coverage": cov})
+    factors = {"conformal": q, "conformal_coverage": cov, "conformal_nll": 1.0, "conformal_rmse": 2.0}
+    fields = mod.conformal_fields(full, test, factors)
     assert fields["coverage95_conformal_full"] == 0.5  # |0.5|, |1.8| inside 1.9; 1.95, 3.0 outside
     assert fields["conformal_quantile"] == q and fields["coverage95_conformal"] == cov
+    assert fields["nll_conformal"] == 1.0 and fields["rmse_conformal"] == 2.0
     with pytest.raises(ValueError, match="at least 19"):
         mod.conformal_scale_on(pred, y, 18)
