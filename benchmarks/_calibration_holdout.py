@@ -4,6 +4,8 @@ factor applied to the fit on all training rows, and the report's table of it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from zoo.eval.metrics import gaussian_nll, rmse
@@ -13,25 +15,18 @@ Z95 = 1.959963984540054
 
 
 def holdout_dataset(ds, share: float, seed: int) -> tuple:
-    """``(dataset, n_val)``: ``ds`` with a seeded ``share`` of its training rows (at least one, leaving at
-    least two) moved in front of its test rows, where the fit does not see them.  Inputs keep the
-    standardization of the full training rows."""
-    import dataclasses
+    """``(dataset, n_val)``: ``ds`` with a seeded ``share`` of its training rows
+    (:func:`zoo.experiments.conformal.hold_out_rows`) moved in front of its test rows, where the fit does not
+    see them.  Inputs keep the standardization of the full training rows."""
+    from zoo.experiments.conformal import hold_out_rows
 
     if not 0.0 < share < 1.0:
         raise ValueError(f"holdout: the held-out share must be in (0, 1), got {share!r}")
-    n = ds.x_train.shape[0]
-    n_val = min(max(1, round(share * n)), n - 2)
-    perm = np.random.default_rng(seed).permutation(n)
-    val, fit = perm[:n_val], perm[n_val:]
-    held = dataclasses.replace(
-        ds,
-        x_train=ds.x_train[fit],
-        y_train=ds.y_train[fit],
-        x_test=np.concatenate([ds.x_train[val], ds.x_test]),
-        y_test=np.concatenate([ds.y_train[val], ds.y_test]),
+    fit, held = hold_out_rows(ds, share, seed)
+    both = dataclasses.replace(
+        fit, x_test=np.concatenate([held.x_test, ds.x_test]), y_test=np.concatenate([held.y_test, ds.y_test])
     )
-    return held, n_val
+    return both, held.n_test
 
 
 def noise_factor(pred, y: np.ndarray, n_val: int) -> float:
@@ -62,8 +57,6 @@ def heldout_factors(model: str, held, n_val: int, cfg) -> dict[str, float]:
     rows (Lei et al. 2018, §2.2: at least 0.95 in expectation over splits, by exchangeability), with
     ``"conformal_nll"`` / ``"conformal_rmse"``: that fit's test NLL with its Gaussian predictive's sd times
     ``q / 1.96`` and its test RMSE (what fitting on fewer rows costs)."""
-    import dataclasses
-
     import torch
 
     from zoo.experiments.runs import fit_on_dataset

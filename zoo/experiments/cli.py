@@ -162,6 +162,16 @@ def _add_fit(sub) -> None:
         help="--prune projpred: the largest loss of training log density per point (nats) a pruned network "
         "may have against the full one (default 0.01)",
     )
+    f.add_argument(
+        "--conformal",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="hold out SHARE of the training rows, fit on the rest, and report split-conformal intervals "
+        "(coverage >= --conformal-level on exchangeable rows, whatever the fit; regression): "
+        "conformal_quantile, coverage_conformal, nll_conformal in metrics.json",
+    )
+    f.add_argument("--conformal-level", type=float, default=0.95, help="the conformal intervals' level")
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--out", required=True)
     f.add_argument(
@@ -223,19 +233,15 @@ def _add_reproduce(sub) -> None:
     add_plugin_argument(r)
 
 
-def _summary(m: dict) -> str:
-    keys = [k for k in ("rmse", "nll", "coverage95", "accuracy", "ece", "density") if k in m]
-    return ", ".join(f"{k}={m[k]:.4g}" for k in keys)
-
-
 def _fit_ensemble(a: argparse.Namespace, ds) -> None:
+    from zoo.experiments.cli_report import summary
     from zoo.experiments.ensemble import fit_ensemble
 
     # members and metrics.json replace an earlier run in a.out as a whole, once all are written
     ens = fit_ensemble(a.model, ds, a.config, k=a.ensemble, jobs=a.jobs, zeta=a.zeta, out_dir=a.out)
     m = ens.metrics
     print(
-        f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: {_summary(m)}"
+        f"{a.ensemble} x {m['model']}/{m['guide']} on {m['dataset']} split {m['split']}: {summary(m)}"
         f", weights={[round(w, 3) for w in m['weights']]} -> {a.out}"
     )
 
@@ -259,6 +265,7 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     import pyro
 
     from zoo.experiments.cli_data import load_cli_dataset
+    from zoo.experiments.cli_report import fit_report
     from zoo.experiments.runs import fit_on_dataset, write_run
 
     ds = load_cli_dataset(parser, a)
@@ -277,25 +284,7 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
 
         run.metrics.update(prune_run(run, ProjpredConfig(nll_tol=a.prune_tol, seed=a.seed)))
     paths = write_run(run, a.out)
-    m = run.metrics
-    print(
-        f"{m['model']}/{m['guide']} on {m['dataset']} split {m['split']} (n_train={m['n_train']}, "
-        f"n_test={m['n_test']}): {_summary(m)}, elbo={m['elbo']:.6g}, {m['fit_seconds']:.1f}s "
-        f"-> {paths['metrics'].parent}"
-    )
-    if "starts" in m:
-        elbos = ", ".join(f"{m[f'start_elbo_{i}']:.6g}" for i in range(m["starts"]))
-        print(f"kept start {m['start']} of {m['starts']} (estimated ELBOs {elbos}; --one-start fits one)")
-    if "likelihoods" in m:
-        elbos = ", ".join(f"{m[f'likelihood_elbo_{i}']:.6g}" for i in range(m["likelihoods"]))
-        kept = f"{m['likelihood']} ({m['likelihood_name']}) of {m['likelihoods']}"
-        print(f"kept likelihood {kept} (estimated ELBOs {elbos}; --likelihoods names them)")
-    if a.prune:
-        print(
-            f"projpred: kept {m['pp_units_kept']} of {m['pp_units_total']} units of {m['prune_layer']}; test "
-            f"NLL {m['prune_delta_nll']:+.4f}, RMSE {m['prune_delta_rmse']:+.4f} (tolerance "
-            f"{m['prune_tol']} nats per training point), {m['prune_seconds']:.1f}s"
-        )
+    print("\n".join(fit_report(run.metrics, paths["metrics"].parent)))
     return 0
 
 

@@ -19,7 +19,15 @@ import os
 from zoo.experiments.cli_common import parse_options as _parse_options
 from zoo.experiments.cli_common import parse_splits as _parse_splits
 
-__all__ = ["RUN_FILES", "validate_fit", "check_out", "run_config", "check_build", "reproduce_args"]
+__all__ = [
+    "RUN_FILES",
+    "validate_fit",
+    "check_out",
+    "run_config",
+    "check_build",
+    "check_conformal",
+    "reproduce_args",
+]
 
 RUN_FILES = ("metrics.json", "checkpoint.pt", "posterior.nc")
 """The files of a run folder: ``zoo fit --out DIR`` refuses a DIR holding any of them without --overwrite."""
@@ -117,6 +125,8 @@ def run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
             options=a.options,
             guide_options=a.guide_options,
             fit_options=_choice_options(a),
+            conformal=a.conformal,
+            conformal_level=a.conformal_level,
         )
     except (TypeError, ValueError) as e:
         parser.error(f"argument {_flag(e)}: {e}")
@@ -157,6 +167,21 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> N
             parser.error(f"argument {flags}: {e}")
     if getattr(a, "prune", None):
         check_prune(parser, a, ds, model, guide)
+    if getattr(a, "conformal", None) is not None:
+        check_conformal(parser, a, ds)
+
+
+def check_conformal(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> None:
+    """``--conformal SHARE`` calibrates one regression fit on enough held-out rows
+    (:func:`zoo.experiments.conformal.calibration_split`)."""
+    from zoo.experiments.conformal import calibration_split
+
+    if a.ensemble > 1:
+        parser.error("argument --conformal: calibrates one fit; not with --ensemble")
+    try:
+        calibration_split(ds, a.conformal, a.seed, a.conformal_level)
+    except ValueError as e:
+        parser.error(f"argument --conformal: {str(e).removeprefix('conformal: ')}")
 
 
 def check_prune(parser: argparse.ArgumentParser, a: argparse.Namespace, ds, model, guide) -> None:

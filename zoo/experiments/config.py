@@ -43,6 +43,20 @@ def _check_name(name: str, value: object) -> None:
         raise TypeError(f"{name} must be a string, got {type(value).__name__}")
 
 
+def _check_conformal(share: object, level: object, posttrain_steps: int) -> None:
+    """``conformal`` (a held-out share in (0, 1), or None) and ``conformal_level`` (in (0, 1))."""
+    for name, value in (("conformal", share), ("conformal_level", level)):
+        if value is None and name == "conformal":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+            raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
+    if share is not None and posttrain_steps:
+        raise ValueError(
+            "conformal: the conformal fields describe one fit; not with posttrain_steps (calibrate the "
+            "post-trained fit separately)"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig(Config):
     """Plain-data settings of :func:`~zoo.experiments.runs.fit_on_dataset` (see its docstring)."""
@@ -65,6 +79,8 @@ class RunConfig(Config):
     posttrain_steps: int = 0
     posttrain_lr: float | None = None
     fit_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    conformal: float | None = None
+    conformal_level: float = 0.95
 
     def __post_init__(self) -> None:
         norm = object.__setattr__
@@ -113,3 +129,4 @@ class RunConfig(Config):
         check_optional("max_seconds", self.max_seconds, check_positive)
         check_positive_int("posttrain_steps", self.posttrain_steps, allow_zero=True)
         check_optional("posttrain_lr", self.posttrain_lr, check_positive)
+        _check_conformal(self.conformal, self.conformal_level, self.posttrain_steps)

@@ -169,8 +169,16 @@ def fit_on_dataset(
     one fit) fits once per start and keeps the fit with the highest ELBO (:mod:`zoo.experiments.starts`;
     default: the entry's ``fit_defaults["starts"]`` for the run's guide), and ``likelihoods`` (e.g.
     ``["gaussian", "t4"]``) fits every start under each likelihood and keeps the highest ELBO of all (the
-    row records ``likelihood``, the kept index, and each ``likelihood_elbo_<i>``)."""
+    row records ``likelihood``, the kept index, and each ``likelihood_elbo_<i>``).
+
+    ``conformal`` (a share in (0, 1), regression): hold that share of the training rows out, fit on the
+    rest, and add split-conformal intervals at ``conformal_level`` (default 0.95) to the row
+    (:mod:`zoo.experiments.conformal`: ``conformal_quantile``, ``coverage_conformal``, ...)."""
     cfg = resolve(RunConfig, config, kwargs)
+    if cfg.conformal is not None:
+        from zoo.experiments.conformal import fit_conformal
+
+        return fit_conformal(model, dataset, cfg)
     if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
         from zoo.experiments.nuts_runs import fit_nuts_on_dataset
 
