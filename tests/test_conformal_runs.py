@@ -16,7 +16,6 @@ from zoo.experiments.config import RunConfig
 from zoo.experiments.conformal import (
     calibration_split,
     conformal_fields,
-    fit_conformal,
     min_calibration_rows,
 )
 from zoo.experiments.runs import fit_on_dataset
@@ -167,7 +166,7 @@ def test_refusals_come_before_any_fit(monkeypatch):
     with pytest.raises(ValueError, match="conformal: .*regression"):
         fit_on_dataset("mfvi-bnn", _toy(0, task="binary"), conformal=0.25, progress=False)
     with pytest.raises(ValueError, match="at least 19"):
-        fit_conformal("mfvi-bnn", _toy(0), RunConfig(conformal=0.05, progress=False))
+        fit_on_dataset("mfvi-bnn", _toy(0), RunConfig(conformal=0.05, progress=False))
     from zoo.experiments.ensemble import fit_ensemble
 
     with pytest.raises(ValueError, match="conformal: .*not an ensemble"):

@@ -33,7 +33,13 @@ from zoo.data import Dataset
 from zoo.eval import metrics
 from zoo.infer.predict import Predictions
 
-__all__ = ["calibration_split", "conformal_fields", "fit_conformal", "hold_out_rows", "min_calibration_rows"]
+__all__ = [
+    "add_conformal_fields",
+    "calibration_split",
+    "conformal_fields",
+    "hold_out_rows",
+    "min_calibration_rows",
+]
 
 
 def min_calibration_rows(level: float) -> int:
@@ -117,21 +123,14 @@ def _predict_rows(run: Any, x: torch.Tensor, cfg: Any) -> Predictions:
     return predict(run.result, x, num_samples=cfg.num_samples, seed=cfg.seed)
 
 
-def fit_conformal(model: str, dataset: str | Dataset, cfg: Any) -> Any:
-    """:func:`zoo.experiments.runs.fit_on_dataset` with ``cfg.conformal`` set: hold out that share of the
-    training rows (:func:`calibration_split`, seeded by ``cfg.seed``), fit on the rest with ``cfg``, and add
-    the conformal fields at ``cfg.conformal_level`` (:func:`conformal_fields`) to the row.  Every check of
-    the split runs before the fit."""
-    from zoo.data import load_dataset
-    from zoo.experiments.runs import fit_on_dataset
-
-    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
-    fit_ds, cal_ds = calibration_split(ds, cfg.conformal, cfg.seed, cfg.conformal_level)
-    run = fit_on_dataset(model, fit_ds, dataclasses.replace(cfg, conformal=None))
-    _, _, x_cal, y_cal = cal_ds.tensors(device=run.result.device)
-    _, _, _, y_test = fit_ds.tensors()
+def add_conformal_fields(run: Any, calibration: Dataset, cfg: Any) -> None:
+    """Add the conformal fields (:func:`conformal_fields`) of a run fitted without the rows of
+    ``calibration`` (:func:`calibration_split`) to its row, at ``cfg.conformal_level``; the calibration
+    rows' predictive is drawn as the run's test predictive was (``cfg.num_samples`` draws, ``cfg.seed``; a
+    NUTS run: all its draws)."""
+    _, _, x_cal, y_cal = calibration.tensors(device=run.result.device)
+    _, _, _, y_test = run.dataset.tensors()
     cal_pred = _predict_rows(run, x_cal, cfg)
     run.metrics.update(
         conformal_fields(cal_pred, y_cal, run.predictions, y_test, cfg.conformal, cfg.conformal_level)
     )
-    return run

@@ -176,9 +176,7 @@ def fit_on_dataset(
     (:mod:`zoo.experiments.conformal`: ``conformal_quantile``, ``coverage_conformal``, ...)."""
     cfg = resolve(RunConfig, config, kwargs)
     if cfg.conformal is not None:
-        from zoo.experiments.conformal import fit_conformal
-
-        return fit_conformal(model, dataset, cfg)
+        return _fit_conformal(model, dataset, cfg)
     if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
         from zoo.experiments.nuts_runs import fit_nuts_on_dataset
 
@@ -229,6 +227,18 @@ def fit_on_dataset(
         run.metrics.update(entry.extra_metrics(run))
     if cfg.posttrain_steps:
         _posttrain(run, cfg, d, (xtr, ytr, xte, yte), entry.extra_metrics)
+    return run
+
+
+def _fit_conformal(model: str, dataset: str | Dataset, cfg: RunConfig) -> RunOutput:
+    """Hold ``cfg.conformal`` of the training rows out (:func:`zoo.experiments.conformal.calibration_split`,
+    checked before any fit), fit on the rest, and add the split-conformal fields to the row."""
+    from zoo.experiments.conformal import add_conformal_fields, calibration_split
+
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
+    fit_rows, calibration = calibration_split(ds, cfg.conformal, cfg.seed, cfg.conformal_level)
+    run = fit_on_dataset(model, fit_rows, dataclasses.replace(cfg, conformal=None))
+    add_conformal_fields(run, calibration, cfg)
     return run
 
 
