@@ -2,9 +2,9 @@
 
 All functions accept numpy arrays or torch tensors (on any device; they are detached and moved to the
 CPU), compute in float64 and return plain Python floats (or dicts / tuples of floats).  Regression
-metrics and WAIC live here; the classification metrics (:mod:`zoo.eval.classification`) and the
-sparsity / selection metrics (:mod:`zoo.eval.selection`) are re-exported, so ``zoo.eval.metrics`` is the
-one import for all of them.
+metrics and WAIC live here; the interval and calibration metrics (:mod:`zoo.eval.intervals`), the
+classification metrics (:mod:`zoo.eval.classification`) and the sparsity / selection metrics
+(:mod:`zoo.eval.selection`) are re-exported, so ``zoo.eval.metrics`` is the one import for all of them.
 
 Conventions
 -----------
@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import math
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -63,14 +62,11 @@ from scipy.special import logsumexp
 from sklearn.metrics import mean_pinball_loss
 
 from zoo.core.validation import (
-    check_broadcastable,
     check_count,
     check_draws,
     check_float_array,
-    check_level,
-    check_positive_array,
-    check_shape,
 )
+from zoo.eval._checks import check_df, positive_broadcast, target_and_mean
 from zoo.eval.classification import (
     PROB_CLAMP,
     accuracy,
@@ -79,6 +75,14 @@ from zoo.eval.classification import (
     ece,
     mutual_information,
     predictive_entropy,
+)
+from zoo.eval.intervals import (
+    conformal_scale,
+    coverage,
+    coverage_from_samples,
+    interval_coverage,
+    interval_width_ratio,
+    mixture_pit,
 )
 from zoo.eval.selection import density, density_per_layer, selection_rates
 
@@ -125,19 +129,6 @@ _LOG_2PI = math.log(2.0 * math.pi)
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _target_and_mean(y: Any, mean: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Validated ``y`` (at least 1-D) and ``mean`` of the same shape."""
-    y_ = check_float_array("y", y, min_ndim=1)
-    m = check_shape("mean", check_float_array("mean", mean), y_.shape, "the shape of `y`")
-    return y_, m
-
-
-def _positive_broadcast(name: str, value: Any, shape: tuple[int, ...], ref: str) -> np.ndarray:
-    """A finite, strictly positive array broadcast to ``shape`` (a variance or a scale)."""
-    arr = check_positive_array(name, check_float_array(name, value))
-    return check_broadcastable(name, arr, shape, ref)
-
-
 def _loglik(loglik: Any) -> np.ndarray:
     """Validated point-wise log-likelihoods of shape ``(S, N)``."""
     ll = check_float_array("loglik", loglik)
@@ -153,7 +144,7 @@ def _loglik(loglik: Any) -> np.ndarray:
 
 def rmse(y: Any, mean: Any) -> float:
     """Root mean squared error of the predictive mean, ``sqrt(mean_n (y_n - mean_n)^2)``."""
-    y_, m = _target_and_mean(y, mean)
+    y_, m = target_and_mean(y, mean)
     return float(np.sqrt(np.mean((y_ - m) ** 2)))
 
 
@@ -181,18 +172,9 @@ def gaussian_nll(y: Any, mean: Any, var: Any) -> float:
     ``mean`` must have the shape of ``y``; ``var`` may be anything broadcastable to it (e.g. a scalar for a
     fixed noise variance).
     """
-    y_, m = _target_and_mean(y, mean)
-    v = _positive_broadcast("var", var, y_.shape, "the shape of `y`")
+    y_, m = target_and_mean(y, mean)
+    v = positive_broadcast("var", var, y_.shape, "the shape of `y`")
     return float(np.mean(0.5 * (_LOG_2PI + np.log(v) + (y_ - m) ** 2 / v)))
-
-
-def _check_df(df: Any) -> float | None:
-    """``None`` (Gaussian) or the Student-t degrees of freedom, a finite number > 0."""
-    if df is None:
-        return None
-    if isinstance(df, bool) or not isinstance(df, (int, float)) or not math.isfinite(df) or df <= 0:
-        raise ValueError(f"`df` must be None or a finite number > 0, got {df!r}")
-    return float(df)
 
 
 def mixture_nll(y: Any, loc: Any, scale: Any, df: float | None = None) -> float:
@@ -206,10 +188,10 @@ def mixture_nll(y: Any, loc: Any, scale: Any, df: float | None = None) -> float:
     """
     from scipy.stats import t as student_t
 
-    nu = _check_df(df)
+    nu = check_df(df)
     y_ = check_float_array("y", y, min_ndim=1)
     mu = check_draws("loc", loc, y_.shape)
-    sd = _positive_broadcast("scale", scale, mu.shape, "the shape of `loc`")
+    sd = positive_broadcast("scale", scale, mu.shape, "the shape of `loc`")
     z = (y_[None, ...] - mu) / sd
     logp = (-0.5 * _LOG_2PI - 0.5 * z * z if nu is None else student_t.logpdf(z, nu)) - np.log(sd)
     return nll_from_loglik(logp.reshape(mu.shape[0], -1))
@@ -231,7 +213,7 @@ def heldout_noise_scale(y: Any, loc: Any, scale: Any, log_bounds: tuple[float, f
 
     y_ = check_float_array("y", y, min_ndim=1)
     mu = check_draws("loc", loc, y_.shape)
-    sd = _positive_broadcast("scale", scale, mu.shape, "the shape of `loc`")
+    sd = positive_broadcast("scale", scale, mu.shape, "the shape of `loc`")
     lo, hi = (float(b) for b in log_bounds)
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"log_bounds must be two finite numbers, low < high, got {log_bounds!r}")
@@ -250,113 +232,6 @@ def nll_from_loglik(loglik: Any) -> float:
     ll = _loglik(loglik)
     lppd_n = logsumexp(ll, axis=0) - math.log(ll.shape[0])
     return float(-np.mean(lppd_n))
-
-
-def coverage(y: Any, mean: Any, var: Any, level: float = 0.95) -> float:
-    """Fraction of ``y`` inside the central Gaussian interval ``mean +- z sqrt(var)``.
-
-    ``z = Phi^-1((1 + level) / 2)``; interval end points count as inside.  At ``level=0.95`` this is the
-    empirical coverage "EC" of Sheinkman & Wade (2025, arXiv:2411.11132, §4.1).
-    """
-    lv = check_level("level", level)
-    y_, m = _target_and_mean(y, mean)
-    v = _positive_broadcast("var", var, y_.shape, "the shape of `y`")
-    half = NormalDist().inv_cdf(0.5 * (1.0 + lv)) * np.sqrt(v)
-    return float(np.mean((y_ >= m - half) & (y_ <= m + half)))
-
-
-def conformal_scale(y: Any, mean: Any, var: Any, level: float = 0.95) -> float:
-    """The split-conformal factor ``q`` on the predictive standard deviation: with calibration rows
-    ``(y, mean, var)`` that the fit did not see, the ``ceil((n + 1) level)``-th smallest normalized residual
-    ``|y_n - mean_n| / sqrt(var_n)``.
-
-    On a new row exchangeable with the calibration rows, ``mean +- q sqrt(var)`` covers it with probability
-    at least ``level`` and below ``level + 1 / (n + 1)`` (no ties), whatever the model (Lei, G'Sell,
-    Rinaldo, Tibshirani & Wasserman 2018, "Distribution-free predictive inference for regression", JASA
-    113, §2.2 and Thm. 2.2; the normalized score of Papadopoulos, Proedrou, Vovk & Gammerman 2002, §4).
-    ``q / Phi^-1((1 + level) / 2)`` is then how many times too wide the Gaussian interval was.  A
-    ``ValueError`` when ``n < level / (1 - level)``, where the interval would be unbounded.
-    """
-    lv = check_level("level", level)
-    y_, m = _target_and_mean(y, mean)
-    v = _positive_broadcast("var", var, y_.shape, "the shape of `y`")
-    scores = np.sort((np.abs(y_ - m) / np.sqrt(v)).reshape(-1))
-    k = math.ceil((scores.size + 1) * lv)
-    if k > scores.size:
-        raise ValueError(
-            f"y: {scores.size} calibration rows bound no interval at level {lv}; at least "
-            f"{math.ceil(lv / (1.0 - lv))} are needed"
-        )
-    return float(scores[k - 1])
-
-
-def coverage_from_samples(y: Any, samples: Any, level: float = 0.95) -> float:
-    """Fraction of ``y`` inside the empirical central interval of predictive ``samples`` (``(S,) + y.shape``).
-
-    The interval is ``[q_{(1-level)/2}, q_{(1+level)/2}]`` from ``numpy.quantile`` (linear interpolation)
-    over the sample axis; end points count as inside.
-    """
-    lv = check_level("level", level)
-    y_ = check_float_array("y", y, min_ndim=1)
-    s = check_draws("samples", samples, y_.shape)
-    lo, hi = np.quantile(s, [0.5 * (1.0 - lv), 0.5 * (1.0 + lv)], axis=0)
-    return float(np.mean((y_ >= lo) & (y_ <= hi)))
-
-
-def mixture_pit(y: Any, loc: Any, scale: Any, df: float | None = None) -> np.ndarray:
-    """Probability integral transform of ``y`` under the Gaussian mixture ``(1/S) sum_s N(loc_s, scale_s^2)``:
-    ``u_n = (1/S) sum_s Phi((y_n - loc_sn) / scale_sn)``, shape ``(N,)`` (with ``df``: the Student-t
-    mixture, ``Phi`` replaced by the t's distribution function, as in :func:`mixture_nll`).
-
-    For a calibrated predictive the ``u_n`` are uniform on (0, 1) (Dawid 1984; Gneiting, Balabdaoui &
-    Raftery 2007, JRSS-B 69, §2.1); ``loc`` is ``(S, N)``, ``scale`` ``(S, N)`` or ``(S,)``.
-    """
-    from scipy.special import ndtr, stdtr
-
-    nu = _check_df(df)
-
-    y_ = check_float_array("y", y, min_ndim=1).reshape(-1)
-    m = check_draws("loc", loc, y_.shape)
-    sd = check_float_array("scale", scale, min_ndim=1)
-    if sd.ndim == 1 and sd.shape[0] == m.shape[0]:
-        sd = sd[:, None]
-    if sd.shape not in (m.shape, (m.shape[0], 1)):
-        raise ValueError(f"`scale` has shape {sd.shape}, expected {m.shape} or ({m.shape[0]},)")
-    check_positive_array("scale", sd)
-    z = (y_[None, :] - m) / sd
-    return np.mean(ndtr(z) if nu is None else stdtr(nu, z), axis=0)
-
-
-def interval_coverage(pit: Any, levels: Any = (0.5, 0.8, 0.9, 0.95, 0.99)) -> dict[float, float]:
-    """Coverage of the central predictive intervals at ``levels`` from PIT values: the fraction of points
-    with ``|u - 1/2| <= level / 2`` (a reliability diagram plots it against ``level``)."""
-    u = check_float_array("pit", pit, min_ndim=1).reshape(-1)
-    if np.any(u < 0) or np.any(u > 1):
-        raise ValueError("`pit` values must lie in [0, 1]")
-    out = {}
-    for lv in np.atleast_1d(np.asarray(levels, dtype=float)):
-        level = check_level("levels", float(lv))
-        out[level] = float(np.mean(np.abs(u - 0.5) <= 0.5 * level + 1e-12))
-    return out
-
-
-def interval_width_ratio(level: float, coverage: float) -> float | None:
-    """How many times too wide the central level-``level`` intervals are, read from their ``coverage`` as
-    if the residuals had the predictive's shape: ``c = Phi^-1((1 + coverage) / 2) / Phi^-1((1 + level) / 2)``.
-
-    Say the predictive is ``N(mu, s^2)`` and the residual is ``N(0, (s / c)^2)``; the interval
-    ``mu +- z s`` then covers with probability ``2 Phi(c z) - 1``, which this inverts.  The same ``c`` at
-    every level is a miss of scale.  A ``c`` that falls with the level means residuals more peaked and
-    heavier-tailed than the predictive, which no single scale fixes; a ``c`` that rises means lighter tails
-    (the probit reading of a reliability diagram; Gneiting, Balabdaoui & Raftery 2007, JRSS-B 69, §3).
-    ``None`` when ``coverage`` is 1: every point inside gives only a lower bound."""
-    from scipy.stats import norm
-
-    level = check_level("level", level)
-    cov = check_level("coverage", coverage, allow_one=True) if coverage != 0 else 0.0
-    if cov >= 1.0:
-        return None
-    return float(norm.ppf((1.0 + cov) / 2.0) / norm.ppf((1.0 + level) / 2.0))
 
 
 def _quantile_levels(quantiles: Any) -> np.ndarray:
