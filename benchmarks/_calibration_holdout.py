@@ -152,7 +152,8 @@ def conformal_table(summary: list[dict]) -> list[str]:
         return []
     lines = [
         "Split conformal (`--holdout`, Lei et al. 2018, JASA 113, §2.2): the held-out rows choose the "
-        "factor q on the predictive sd (`zoo.eval.metrics.conformal_scale`); q / 1.96 is how many times "
+        "factor q on the predictive sd (`zoo.eval.metrics.conformal_scale`; any run: `zoo fit --conformal`); "
+        "q / 1.96 is how many times "
         "too wide the Gaussian interval was. Coverage95 of the default's fit → of the held-out fit's "
         "interval mean ± q sd on the test rows (guaranteed ≥ 0.95 in expectation) → of q on the fit on "
         "all training rows.",
