@@ -239,7 +239,7 @@ def test_reproduce_resumes_from_journal_and_merges(tmp_path, data_dir, monkeypat
     assert [r["split"] for r in doc3["rows"]] == [2]
 
 
-def test_reproduce_set_overrides_only_keys_the_protocol_sets(tmp_path, data_dir, monkeypatch):
+def test_reproduce_set_overrides_only_keys_the_protocol_sets(tmp_path, data_dir, monkeypatch, caplog):
     """``--set KEY=VALUE`` overrides a run argument where the protocol sets it (``steps`` everywhere): a
     post-training override does not reach a fit that has none (it would raise there)."""
     monkeypatch.setenv("ZOO_DATA_DIR", str(data_dir))
@@ -251,6 +251,8 @@ def test_reproduce_set_overrides_only_keys_the_protocol_sets(tmp_path, data_dir,
     )
     row = doc["rows"][0]
     assert row["steps"] == 4 and "posttrain_steps" not in row
+    # a key that reaches no run is said so (a --set conformal=0.2 on a protocol without it changes nothing)
+    assert any("['posttrain_steps']: no selected run" in r.getMessage() for r in caplog.records)
 
 
 def test_reproduce_checks_run_settings_before_any_fit_and_journals_the_config(

@@ -258,6 +258,9 @@ def _apply_overrides(specs: list[RunSpec], overrides: dict | None) -> list[RunSp
     check_overrides(overrides)
     if not overrides:
         return specs
+    unused = sorted(k for k in overrides if k != "steps" and not any(k in s.kwargs for s in specs))
+    if unused:
+        logger.warning("overrides %s: no selected run of the protocol sets them, so none is changed", unused)
     return [
         RunSpec(
             s.variant,
