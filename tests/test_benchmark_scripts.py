@@ -345,3 +345,43 @@ def test_reference_pilot_sampler_overrides(benchmark_script):
         mod._config(inst, args(centered=True, non_centered=True))
     with pytest.raises(SystemExit):
         mod.main(["hs-bowtie-tanh-w1", "--gibbs", "--no-gibbs"])
+
+
+def test_conformal_uci_resumes_its_journal_and_keeps_committed_rows(tmp_path, benchmark_script, monkeypatch):
+    """A split already in the journal is not fitted again; the summary keeps the committed rows a run does
+    not redo, replaces those it does, and records every command."""
+    mod = benchmark_script("conformal_uci")
+    monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path))
+    fitted = []
+
+    def fake(model, dataset, split, folds, share):
+        fitted.append(split)
+        row = dict.fromkeys(mod.FIELDS, 0.9) | {"rmse": 1.0, "rmse_conformal": 1.1, "seconds": 2.0}
+        return row | {"model": model, "dataset": dataset, "split": split, "folds": folds, "share": share}
+
+    monkeypatch.setattr(mod, "fit_split", fake)
+    old = fake("mfvi-bnn", "yacht", 0, 5, 0.2) | {"coverage95": 0.5}
+    keep = fake("mfvi-bnn", "yacht", 7, 5, 0.2)
+    (tmp_path / "conformal-uci.json").write_text(json.dumps({"commands": ["first"], "rows": [old, keep]}))
+    journal = tmp_path / "conformal-uci.partial.jsonl"
+    journal.write_text(json.dumps(fake("mfvi-bnn", "yacht", 1, 5, 0.2)) + "\n")
+    fitted.clear()
+    assert mod.main(["--splits", "0", "1", "--out", str(tmp_path)]) == 0
+    assert fitted == [0]  # split 1 came from the journal
+    doc = json.loads((tmp_path / "conformal-uci.json").read_text())
+    assert [(r["split"], r["coverage95"]) for r in doc["rows"]] == [(0, 0.9), (7, 0.9), (1, 0.9)]
+    assert doc["commands"][0] == "first" and "--splits 0 1" in doc["commands"][1]
+    assert not (tmp_path / "conformal-uci.partial.jsonl").exists()
+    md = (tmp_path / "conformal-uci.md").read_text()
+    assert "| mfvi-bnn | yacht | 0–7 (3) | 0.900 |" in md
+
+
+def test_conformal_uci_refuses_bad_settings_before_any_fit(tmp_path, benchmark_script, monkeypatch):
+    mod = benchmark_script("conformal_uci")
+    monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(mod, "fit_split", lambda *a: pytest.fail("fitted"))
+    for bad in (["--folds", "1"], ["--share", "1.5"], ["--models", "nope"]):
+        with pytest.raises(SystemExit) as e:
+            mod.main([*bad, "--out", str(tmp_path / "o")])
+        assert e.value.code == 2
+    assert not (tmp_path / "o").exists()

@@ -223,3 +223,111 @@ def test_a_nuts_run_is_calibrated_on_all_its_draws():
     p = all_draws_predict(run.result, x_cal, seed=1)
     q = conformal_scale(y_cal.numpy(), p.mean.numpy(), p.var.numpy(), 0.95)
     assert run.metrics["conformal_quantile"] == pytest.approx(q, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------------
+# CV+ (zoo fit --conformal-folds K, zoo.experiments.cv_plus)
+
+
+def test_fold_ids_cut_a_seeded_permutation_into_near_equal_folds():
+    from zoo.experiments.cv_plus import fold_ids
+
+    f = fold_ids(23, 5, seed=1)
+    assert sorted(np.bincount(f)) == [4, 4, 5, 5, 5] and f.min() == 0 and f.max() == 4
+    np.testing.assert_array_equal(f, fold_ids(23, 5, seed=1))
+    assert not np.array_equal(f, fold_ids(23, 5, seed=2))
+
+
+def test_cv_plus_bounds_against_their_definition():
+    """Barber et al. 2021, Eq. 9: the floor(a (n + 1))-th smallest of mu_-k(i)(x) - R_i sd_-k(i)(x) and the
+    ceil((1 - a)(n + 1))-th smallest of mu_-k(i)(x) + R_i sd_-k(i)(x), by sorting every list."""
+    from zoo.experiments.cv_plus import cv_plus_bounds
+
+    r = np.random.default_rng(0)
+    k, m, n = 4, 7, 39
+    mean, sd = r.normal(size=(k, m)), r.uniform(0.5, 2.0, size=(k, m))
+    scores, fold = r.exponential(size=n), r.integers(0, k, size=n)
+    lo, hi = cv_plus_bounds(mean, sd, scores, fold, 0.9)
+    for j in range(m):
+        low = sorted(mean[fold[i], j] - scores[i] * sd[fold[i], j] for i in range(n))
+        high = sorted(mean[fold[i], j] + scores[i] * sd[fold[i], j] for i in range(n))
+        assert lo[j] == pytest.approx(low[3])  # floor(0.1 * 40) = 4th smallest
+        assert hi[j] == pytest.approx(high[35])  # ceil(0.9 * 40) = 36th smallest
+    with pytest.raises(ValueError, match="bound no interval"):
+        cv_plus_bounds(mean, sd, scores[:10], fold[:10], 0.95)
+
+
+def test_cv_plus_covers_at_least_its_guaranteed_rate():
+    """Over R independent data sets the CV+ interval's test coverage must reach Barber et al.'s (2021,
+    Thm. 4) bound 1 - 2a - min(2 (1 - 1/K) / (n/K + 1), (1 - K/n) / (K + 1)) = 0.852 for n = 160, K = 5, up
+    to 4 standard errors, where the fit's own Gaussian interval covers about half; the run's own fit is on
+    all 160 rows."""
+    cov, gauss, wide = [], [], []
+    for s in range(60):
+        run = fit_on_dataset(
+            "blr-cavi", _toy(300 + s), conformal_folds=5, seed=s, progress=False, num_samples=50,
+            options=TIGHT_NOISE,
+        )  # fmt: skip
+        cov.append(run.metrics["coverage_cv_plus"])
+        gauss.append(run.metrics["coverage95"])
+        wide.append(run.metrics["width_cv_plus"] / run.metrics["width_gaussian"])
+    m = run.metrics
+    assert (m["n_train"], m["conformal_rows"], m["conformal_folds"]) == (160, 160, 5)
+    cov = np.asarray(cov)
+    bound = 1 - 2 * 0.05 - min(2 * (1 - 1 / 5) / (160 / 5 + 1), (1 - 5 / 160) / 6)
+    assert cov.mean() >= bound - 4 * cov.std(ddof=1) / np.sqrt(cov.size), cov.mean()
+    assert np.mean(gauss) < 0.8 and min(wide) > 1  # the pinned noise's intervals were too narrow
+
+
+def test_cv_plus_refusals_come_before_any_fit(monkeypatch):
+    import zoo.experiments.runs as runs
+
+    def boom(*a, **k):  # pragma: no cover - a refusal must come first
+        raise AssertionError("fitted")
+
+    monkeypatch.setattr(runs, "fit", boom)
+    for bad in (1, 0, 2.5, True):
+        with pytest.raises(ValueError, match="conformal_folds must be an integer >= 2"):
+            RunConfig(conformal_folds=bad)
+    with pytest.raises(ValueError, match="not both"):
+        RunConfig(conformal_folds=5, conformal=0.2)
+    with pytest.raises(ValueError, match="conformal_folds: .*posttrain_steps"):
+        RunConfig(conformal_folds=5, posttrain_steps=2)
+    with pytest.raises(ValueError, match="conformal_folds: .*regression"):
+        fit_on_dataset("mfvi-bnn", _toy(0, task="binary"), conformal_folds=5, progress=False)
+    with pytest.raises(ValueError, match="in \\[2, 30\\]"):
+        fit_on_dataset("mfvi-bnn", _toy(0, n=30), conformal_folds=31, progress=False)
+    with pytest.raises(ValueError, match="at least 19"):
+        fit_on_dataset("mfvi-bnn", _toy(0, n=15), conformal_folds=3, progress=False)
+    from zoo.experiments.ensemble import fit_ensemble
+
+    with pytest.raises(ValueError, match="not an ensemble"):
+        fit_ensemble("mfvi-bnn", _toy(0), conformal_folds=3, k=2)
+
+
+def test_cli_cv_plus(tmp_path, capsys):
+    from zoo.experiments.cli import main
+
+    csv = tmp_path / "toy.csv"
+    r = np.random.default_rng(4)
+    x = r.normal(size=(120, 2))
+    table = np.column_stack([x, x @ [1.0, -0.5] + r.normal(size=120)])
+    np.savetxt(csv, table, delimiter=",", header="a,b,y", comments="")
+    out = tmp_path / "run"
+    base = ["fit", "blr-cavi", "--dataset", f"csv:{csv}", "--no-progress", "--out", str(out)]
+    for extra, msg in (
+        (["--conformal-folds", "1"], "argument --conformal-folds: conformal_folds must be an integer >= 2"),
+        (["--conformal-folds", "500"], "argument --conformal-folds: conformal_folds must be an integer in"),
+        (["--conformal-folds", "3", "--conformal", "0.2"], "not both"),
+        (["--conformal-folds", "3", "--ensemble", "2"], "argument --conformal-folds: calibrates one fit"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main([*base, *extra])
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
+        assert not out.exists()
+    assert main([*base, "--conformal-folds", "4"]) == 0
+    assert "CV+ on 4 folds" in capsys.readouterr().out
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["conformal_folds"] == 4 and m["conformal_rows"] == m["n_train"] == 108
+    assert 0.0 <= m["coverage_cv_plus"] <= 1.0 and m["width_cv_plus"] > 0 and m["width_gaussian"] > 0

@@ -171,6 +171,14 @@ def _add_fit(sub) -> None:
         "(coverage >= --conformal-level on exchangeable rows, whatever the fit; regression): "
         "conformal_quantile, coverage_conformal, nll_conformal in metrics.json",
     )
+    f.add_argument(
+        "--conformal-folds",
+        type=int,
+        default=None,
+        metavar="K",
+        help="CV+ intervals instead (Barber et al. 2021): fit once more on each K-1 of K folds of the "
+        "training rows; every row calibrates, the run's fit uses all: coverage_cv_plus, width_cv_plus",
+    )
     f.add_argument("--conformal-level", type=float, default=0.95, help="the conformal intervals' level")
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--out", required=True)

@@ -127,6 +127,7 @@ def run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
             fit_options=_choice_options(a),
             conformal=a.conformal,
             conformal_level=a.conformal_level,
+            conformal_folds=a.conformal_folds,
         )
     except (TypeError, ValueError) as e:
         parser.error(f"argument {_flag(e)}: {e}")
@@ -167,21 +168,28 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> N
             parser.error(f"argument {flags}: {e}")
     if getattr(a, "prune", None):
         check_prune(parser, a, ds, model, guide)
-    if getattr(a, "conformal", None) is not None:
+    if getattr(a, "conformal", None) is not None or getattr(a, "conformal_folds", None) is not None:
         check_conformal(parser, a, ds)
 
 
 def check_conformal(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> None:
     """``--conformal SHARE`` calibrates one regression fit on enough held-out rows
-    (:func:`zoo.experiments.conformal.calibration_split`)."""
+    (:func:`zoo.experiments.conformal.calibration_split`); ``--conformal-folds K`` needs a regression set
+    of at least K rows (:func:`zoo.experiments.cv_plus.check_cv_plus`)."""
     from zoo.experiments.conformal import calibration_split
+    from zoo.experiments.cv_plus import check_cv_plus
 
+    flag = "--conformal" if a.conformal is not None else "--conformal-folds"
     if a.ensemble > 1:
-        parser.error("argument --conformal: calibrates one fit; not with --ensemble")
+        parser.error(f"argument {flag}: calibrates one fit; not with --ensemble")
     try:
-        calibration_split(ds, a.conformal, a.seed, a.conformal_level)
+        if a.conformal is not None:
+            calibration_split(ds, a.conformal, a.seed, a.conformal_level)
+        else:
+            check_cv_plus(ds, a.conformal_folds, a.conformal_level)
     except ValueError as e:
-        parser.error(f"argument --conformal: {str(e).removeprefix('conformal: ')}")
+        message = str(e).removeprefix("conformal: ").removeprefix("conformal_folds: ")
+        parser.error(f"argument {flag}: {message}")
 
 
 def check_prune(parser: argparse.ArgumentParser, a: argparse.Namespace, ds, model, guide) -> None:

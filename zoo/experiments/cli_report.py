@@ -40,6 +40,12 @@ def fit_report(m: Mapping[str, Any], out: Path) -> list[str]:
             f"level {m['conformal_level']} (the Gaussian interval x {m['conformal_factor']:.3f}; NLL "
             f"{m['nll_conformal']:.4g})"
         )
+    if "coverage_cv_plus" in m:
+        lines.append(
+            f"CV+ on {m['conformal_folds']} folds ({m['cv_plus_seconds']:.1f}s more): its intervals cover "
+            f"{m['coverage_cv_plus']:.3f} of the test rows at level {m['conformal_level']}, mean width "
+            f"{m['width_cv_plus']:.4g} (the fit's Gaussian interval: {m['width_gaussian']:.4g})"
+        )
     if "pp_units_kept" in m:
         lines.append(
             f"projpred: kept {m['pp_units_kept']} of {m['pp_units_total']} units of {m['prune_layer']}; test "

@@ -57,6 +57,20 @@ def _check_conformal(share: object, level: object, posttrain_steps: int) -> None
         )
 
 
+def _check_folds(folds: object, share: object, posttrain_steps: int) -> None:
+    """``conformal_folds`` (CV+ folds, an integer >= 2, or None): not with ``conformal`` or post-training."""
+    if folds is None:
+        return
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"conformal_folds must be an integer >= 2, got {folds!r}")
+    if share is not None:
+        raise ValueError("conformal_folds: CV+ or split conformal (conformal), not both")
+    if posttrain_steps:
+        raise ValueError(
+            "conformal_folds: the CV+ fields describe the fit as trained; not with posttrain_steps"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig(Config):
     """Plain-data settings of :func:`~zoo.experiments.runs.fit_on_dataset` (see its docstring)."""
@@ -81,6 +95,7 @@ class RunConfig(Config):
     fit_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     conformal: float | None = None
     conformal_level: float = 0.95
+    conformal_folds: int | None = None
 
     def __post_init__(self) -> None:
         norm = object.__setattr__
@@ -130,3 +145,4 @@ class RunConfig(Config):
         check_positive_int("posttrain_steps", self.posttrain_steps, allow_zero=True)
         check_optional("posttrain_lr", self.posttrain_lr, check_positive)
         _check_conformal(self.conformal, self.conformal_level, self.posttrain_steps)
+        _check_folds(self.conformal_folds, self.conformal, self.posttrain_steps)

@@ -8,12 +8,13 @@ conformal interval at ``level`` on any new row.  If the calibration rows and a n
 and below ``level + 1 / (n_cal + 1)``, whatever the model and however good or bad its fit (Lei, G'Sell,
 Rinaldo, Tibshirani & Wasserman 2018, "Distribution-free predictive inference for regression", JASA 113,
 §2.2, Thm. 2.2; the normalized score of Papadopoulos, Proedrou, Vovk & Gammerman 2002, §4; Vovk,
-Gammerman & Shafer 2005).  The price is the fit's rows: the model sees ``1 - SHARE`` of them, and the row's
+Gammerman & Shafer 2005).  The price is the fit's rows (CV+, :mod:`zoo.experiments.cv_plus`, keeps them,
+for ``K`` more fits): the model sees ``1 - SHARE`` of them, and the row's
 ``n_train``, RMSE and NLL are those of that fit.
 
 The row gains ``conformal_share``, ``conformal_level``, ``conformal_rows`` (n_cal), ``conformal_quantile``
-(q), ``conformal_factor`` (``q / Phi^-1((1 + level) / 2)``: how many times too wide (> 1: too narrow) the
-fit's own Gaussian interval at that level was on the calibration rows), and on the test rows
+(q), ``conformal_factor`` (``q / Phi^-1((1 + level) / 2)``: the factor the fit's own Gaussian interval at
+that level needed on the calibration rows; below 1, it was too wide), and on the test rows
 ``coverage_conformal`` (of ``mean +- q sd``) and ``nll_conformal`` (the Gaussian NLL with the predictive
 sd times ``conformal_factor``).  A regression target with several columns counts every scalar target as a
 row.
@@ -39,6 +40,7 @@ __all__ = [
     "conformal_fields",
     "hold_out_rows",
     "min_calibration_rows",
+    "predict_rows",
 ]
 
 
@@ -112,7 +114,7 @@ def conformal_fields(
     }
 
 
-def _predict_rows(run: Any, x: torch.Tensor, cfg: Any) -> Predictions:
+def predict_rows(run: Any, x: torch.Tensor, cfg: Any) -> Predictions:
     """The run's predictive at ``x``, drawn as its test predictive was (a NUTS run: all its draws)."""
     if run.metrics.get("inference") == "nuts":
         from zoo.infer.mcmc_export import all_draws_predict
@@ -130,7 +132,7 @@ def add_conformal_fields(run: Any, calibration: Dataset, cfg: Any) -> None:
     NUTS run: all its draws)."""
     _, _, x_cal, y_cal = calibration.tensors(device=run.result.device)
     _, _, _, y_test = run.dataset.tensors()
-    cal_pred = _predict_rows(run, x_cal, cfg)
+    cal_pred = predict_rows(run, x_cal, cfg)
     run.metrics.update(
         conformal_fields(cal_pred, y_cal, run.predictions, y_test, cfg.conformal, cfg.conformal_level)
     )

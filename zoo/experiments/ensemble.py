@@ -185,7 +185,7 @@ def fit_ensemble(
     remote Dask/Ray cluster ``out_dir`` must be on a filesystem the workers share."""
     cfg = resolve(RunConfig, config, kwargs)
     _check_sizes(k, jobs, zeta)
-    if cfg.conformal is not None:  # each member's seed would hold out other rows
+    if cfg.conformal is not None or cfg.conformal_folds is not None:  # members' seeds: other rows
         raise ValueError("conformal: split-conformal intervals calibrate one fit; not an ensemble's members")
     dcfg = dispatch or DispatchConfig(jobs=min(jobs, k))
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)

@@ -81,7 +81,7 @@ def run_config(spec: RunSpec) -> tuple[int, float, RunConfig]:
         cfg = RunConfig.from_dict(
             {**kwargs, "split": spec.split, "seed": spec.split, "progress": False}, what=what
         )
-        if cfg.conformal is not None and k > 1:
+        if (cfg.conformal is not None or cfg.conformal_folds is not None) and k > 1:
             raise ValueError("conformal: calibrates one fit; not with ensemble")
     except (TypeError, ValueError) as e:
         if what in str(e):

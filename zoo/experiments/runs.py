@@ -175,7 +175,7 @@ def fit_on_dataset(
     rest, and add split-conformal intervals at ``conformal_level`` (default 0.95) to the row
     (:mod:`zoo.experiments.conformal`: ``conformal_quantile``, ``coverage_conformal``, ...)."""
     cfg = resolve(RunConfig, config, kwargs)
-    if cfg.conformal is not None:
+    if cfg.conformal is not None or cfg.conformal_folds is not None:
         return _fit_conformal(model, dataset, cfg)
     if cfg.fit_options.get("inference") == "nuts":  # NUTS instead of VI: zoo.experiments.nuts_runs
         from zoo.experiments.nuts_runs import fit_nuts_on_dataset
@@ -231,14 +231,26 @@ def fit_on_dataset(
 
 
 def _fit_conformal(model: str, dataset: str | Dataset, cfg: RunConfig) -> RunOutput:
-    """Hold ``cfg.conformal`` of the training rows out (:func:`zoo.experiments.conformal.calibration_split`,
-    checked before any fit), fit on the rest, and add the split-conformal fields to the row."""
-    from zoo.experiments.conformal import add_conformal_fields, calibration_split
+    """Split conformal: hold ``cfg.conformal`` of the training rows out
+    (:func:`zoo.experiments.conformal.calibration_split`, checked before any fit), fit on the rest, and add
+    the split-conformal fields to the row.  CV+: fit on all rows, once more per fold of
+    ``cfg.conformal_folds`` (:func:`zoo.experiments.cv_plus.cv_plus_fields`), and add the CV+ fields."""
+    from zoo.experiments import conformal, cv_plus
 
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
-    fit_rows, calibration = calibration_split(ds, cfg.conformal, cfg.seed, cfg.conformal_level)
-    run = fit_on_dataset(model, fit_rows, dataclasses.replace(cfg, conformal=None))
-    add_conformal_fields(run, calibration, cfg)
+    plain = dataclasses.replace(cfg, conformal=None, conformal_folds=None)
+    if cfg.conformal_folds is not None:
+        cv_plus.check_cv_plus(ds, cfg.conformal_folds, cfg.conformal_level)
+        fields = cv_plus.cv_plus_fields(
+            ds, cfg.conformal_folds, cfg.conformal_level, cfg, lambda d: fit_on_dataset(model, d, plain)
+        )
+        run = fit_on_dataset(model, ds, plain)
+        run.metrics.update(fields)
+        run.metrics["width_gaussian"] = cv_plus.gaussian_width(run.predictions, cfg.conformal_level)
+        return run
+    fit_rows, calibration = conformal.calibration_split(ds, cfg.conformal, cfg.seed, cfg.conformal_level)
+    run = fit_on_dataset(model, fit_rows, plain)
+    conformal.add_conformal_fields(run, calibration, cfg)
     return run
 
 
