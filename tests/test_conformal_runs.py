@@ -40,6 +40,51 @@ def _rows(a: np.ndarray) -> list[tuple]:
     return sorted(map(tuple, np.round(a, 12)))
 
 
+def _cli_base(tmp_path, n: int, n_test: int) -> tuple[list[str], object]:
+    """``zoo fit blr-cavi`` arguments on a CSV of a toy data set (inputs as drawn) and the run folder."""
+    ds = _toy(7, n=n, n_test=n_test)
+    csv = tmp_path / "toy.csv"
+    x = np.vstack([ds.x_train * ds.x_std + ds.x_mean, ds.x_test * ds.x_std + ds.x_mean])
+    y = np.concatenate([ds.y_train, ds.y_test])
+    np.savetxt(csv, np.column_stack([x, y]), delimiter=",", header="a,b,y", comments="")
+    out = tmp_path / "run"
+    return [
+        "fit",
+        "blr-cavi",
+        "--dataset",
+        f"csv:{csv}",
+        "--target",
+        "y",
+        "--no-progress",
+        "--out",
+        str(out),
+    ], out
+
+
+def _assert_refused(capsys, base: list[str], out, cases) -> None:
+    """Each ``(extra arguments, message)`` of ``cases`` is a usage error (exit 2) naming ``message``, and
+    nothing is written to ``out``."""
+    from zoo.experiments.cli import main
+
+    for extra, msg in cases:
+        with pytest.raises(SystemExit) as e:
+            main([*base, *extra])
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
+        assert not out.exists()
+
+
+def _toy_runs(first_seed: int, reps: int, **conformal) -> list[dict]:
+    """The rows of ``reps`` ``blr-cavi`` runs under :data:`TIGHT_NOISE` on independent toy data sets."""
+    return [
+        fit_on_dataset(
+            "blr-cavi", _toy(first_seed + s), seed=s, progress=False, num_samples=50, options=TIGHT_NOISE,
+            **conformal,
+        ).metrics
+        for s in range(reps)
+    ]  # fmt: skip
+
+
 def test_min_calibration_rows():
     assert [min_calibration_rows(lv) for lv in (0.5, 0.8, 0.9, 0.95, 0.99)] == [1, 4, 9, 19, 99]
     for lv in (0.5, 0.8, 0.9, 0.95, 0.99):  # with one row fewer, ceil((n + 1) level) > n: unbounded
@@ -131,16 +176,9 @@ def test_split_conformal_covers_at_its_guaranteed_rate():
     k = ceil((n_cal + 1) 0.95) (Lei et al. 2018, Thm. 2.2; exact for continuous scores), here 39 / 41, while
     the fit's own Gaussian interval covers about half; the tolerance is 4 standard errors of the mean of
     R = 100 runs' coverages."""
-    cov, gauss = [], []
-    for s in range(100):
-        run = fit_on_dataset(
-            "blr-cavi", _toy(100 + s), conformal=0.25, seed=s, progress=False, num_samples=50,
-            options=TIGHT_NOISE,
-        )  # fmt: skip
-        cov.append(run.metrics["coverage_conformal"])
-        gauss.append(run.metrics["coverage95"])
-    cov = np.asarray(cov)
-    assert run.metrics["conformal_rows"] == 40
+    rows = _toy_runs(100, 100, conformal=0.25)
+    cov, gauss = np.array([m["coverage_conformal"] for m in rows]), [m["coverage95"] for m in rows]
+    assert rows[-1]["conformal_rows"] == 40
     se = cov.std(ddof=1) / np.sqrt(cov.size)
     assert abs(cov.mean() - 39 / 41) < 4 * se, (cov.mean(), se)
     assert np.mean(gauss) < 0.8
@@ -186,24 +224,14 @@ def test_a_protocol_row_refuses_conformal_with_an_ensemble():
 def test_cli_writes_the_fields_and_refuses_before_writing(tmp_path, capsys):
     from zoo.experiments.cli import main
 
-    csv = tmp_path / "toy.csv"
-    ds = _toy(7, n=160, n_test=40)
-    x = np.vstack([ds.x_train * ds.x_std + ds.x_mean, ds.x_test * ds.x_std + ds.x_mean])
-    y = np.concatenate([ds.y_train, ds.y_test])
-    np.savetxt(csv, np.column_stack([x, y]), delimiter=",", header="a,b,y", comments="")
-    out = tmp_path / "run"
-    base = ["fit", "blr-cavi", "--dataset", f"csv:{csv}", "--target", "y", "--no-progress", "--out", str(out)]
-    for extra, msg in (
+    base, out = _cli_base(tmp_path, 160, 40)
+    cases = (
         (["--conformal", "1.5"], "argument --conformal: conformal must be a number in (0, 1)"),
         (["--conformal", "0.05"], "argument --conformal: a share of 0.05 holds out"),
         (["--conformal", "0.2", "--conformal-level", "0"], "argument --conformal-level:"),
         (["--conformal", "0.2", "--ensemble", "2"], "argument --conformal: calibrates one fit"),
-    ):
-        with pytest.raises(SystemExit) as e:
-            main([*base, *extra])
-        assert e.value.code == 2
-        assert msg in capsys.readouterr().err
-        assert not out.exists()
+    )
+    _assert_refused(capsys, base, out, cases)
     assert main([*base, "--conformal", "0.25", "--option", "noise_concentration=1000"]) == 0
     assert "split conformal on" in capsys.readouterr().out
     m = json.loads((out / "metrics.json").read_text())
@@ -262,18 +290,11 @@ def test_cv_plus_covers_at_least_its_guaranteed_rate():
     Thm. 4) bound 1 - 2a - min(2 (1 - 1/K) / (n/K + 1), (1 - K/n) / (K + 1)) = 0.852 for n = 160, K = 5, up
     to 4 standard errors, where the fit's own Gaussian interval covers about half; the run's own fit is on
     all 160 rows."""
-    cov, gauss, wide = [], [], []
-    for s in range(60):
-        run = fit_on_dataset(
-            "blr-cavi", _toy(300 + s), conformal_folds=5, seed=s, progress=False, num_samples=50,
-            options=TIGHT_NOISE,
-        )  # fmt: skip
-        cov.append(run.metrics["coverage_cv_plus"])
-        gauss.append(run.metrics["coverage95"])
-        wide.append(run.metrics["width_cv_plus"] / run.metrics["width_gaussian"])
-    m = run.metrics
+    rows = _toy_runs(300, 60, conformal_folds=5)
+    cov, gauss = np.array([m["coverage_cv_plus"] for m in rows]), [m["coverage95"] for m in rows]
+    wide = [m["width_cv_plus"] / m["width_gaussian"] for m in rows]
+    m = rows[-1]
     assert (m["n_train"], m["conformal_rows"], m["conformal_folds"]) == (160, 160, 5)
-    cov = np.asarray(cov)
     bound = 1 - 2 * 0.05 - min(2 * (1 - 1 / 5) / (160 / 5 + 1), (1 - 5 / 160) / 6)
     assert cov.mean() >= bound - 4 * cov.std(ddof=1) / np.sqrt(cov.size), cov.mean()
     assert np.mean(gauss) < 0.8 and min(wide) > 1  # the pinned noise's intervals were too narrow
@@ -308,26 +329,16 @@ def test_cv_plus_refusals_come_before_any_fit(monkeypatch):
 def test_cli_cv_plus(tmp_path, capsys):
     from zoo.experiments.cli import main
 
-    csv = tmp_path / "toy.csv"
-    r = np.random.default_rng(4)
-    x = r.normal(size=(120, 2))
-    table = np.column_stack([x, x @ [1.0, -0.5] + r.normal(size=120)])
-    np.savetxt(csv, table, delimiter=",", header="a,b,y", comments="")
-    out = tmp_path / "run"
-    base = ["fit", "blr-cavi", "--dataset", f"csv:{csv}", "--no-progress", "--out", str(out)]
-    for extra, msg in (
+    base, out = _cli_base(tmp_path, 120, 30)
+    cases = (
         (["--conformal-folds", "1"], "argument --conformal-folds: conformal_folds must be an integer >= 2"),
         (["--conformal-folds", "500"], "argument --conformal-folds: conformal_folds must be an integer in"),
         (["--conformal-folds", "3", "--conformal", "0.2"], "not both"),
         (["--conformal-folds", "3", "--ensemble", "2"], "argument --conformal-folds: calibrates one fit"),
-    ):
-        with pytest.raises(SystemExit) as e:
-            main([*base, *extra])
-        assert e.value.code == 2
-        assert msg in capsys.readouterr().err
-        assert not out.exists()
+    )
+    _assert_refused(capsys, base, out, cases)
     assert main([*base, "--conformal-folds", "4"]) == 0
     assert "CV+ on 4 folds" in capsys.readouterr().out
     m = json.loads((out / "metrics.json").read_text())
-    assert m["conformal_folds"] == 4 and m["conformal_rows"] == m["n_train"] == 108
+    assert m["conformal_folds"] == 4 and m["conformal_rows"] == m["n_train"] == 135
     assert 0.0 <= m["coverage_cv_plus"] <= 1.0 and m["width_cv_plus"] > 0 and m["width_gaussian"] > 0
