@@ -240,8 +240,7 @@ def _fit_conformal(model: str, dataset: str | Dataset, cfg: RunConfig) -> RunOut
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     plain = dataclasses.replace(cfg, conformal=None, conformal_folds=None)
     if cfg.conformal_folds is not None:
-        cv_plus.check_cv_plus(ds, cfg.conformal_folds, cfg.conformal_level)
-        fields = cv_plus.cv_plus_fields(
+        fields = cv_plus.cv_plus_fields(  # checks the folds and rows before its first fit
             ds, cfg.conformal_folds, cfg.conformal_level, cfg, lambda d: fit_on_dataset(model, d, plain)
         )
         run = fit_on_dataset(model, ds, plain)
