@@ -5,7 +5,7 @@ Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395, §3-4): the z-flow of :mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import pyro
 import pyro.distributions as dist
@@ -14,7 +14,7 @@ from pyro.nn import PyroModule
 from torch import Tensor
 
 from guides.autoguides import require_prior
-from guides.flows.zflow import ZFlowMixin
+from guides.flows.zflow import ZFlowConfig, ZFlowMixin
 from guides.lbbnn.base import init_noise_factor, init_slab_params, param_attr
 from guides.lbbnn.lcrt import LCRTLinearMixin, point_site
 from zoo.core.architectures import MLP, ParamSpec
@@ -32,21 +32,24 @@ class GaussianFlowGuide(ZFlowMixin, LCRTLinearMixin, PyroModule):
     :class:`guides.flows.lbbnn.LBBNNFlowGuide`.
 
     A Gaussian/Gamma likelihood noise site gets a LogNormal factor (as the LBBNN guides).
+
+    :param zflow: the z-flow's options, a :class:`guides.flows.zflow.ZFlowConfig` (or a mapping); its fields
+        may also be given by keyword (``flow_hidden=[100, 100]``), and override ``zflow``'s.
+    :param init_scale, init_rho: the slab and bias means' ``U(-init_scale, init_scale)`` start and ``ρ``'s
+        uniform range (as :class:`guides.lbbnn.base.LBBNNGuide`).
     """
 
     def __init__(
         self,
         model: BayesianModel,
-        flow_hidden: Sequence[int] = (50, 50),
-        num_steps: int = 2,
-        reverse_steps: int = 2,
-        sigmoid_bias: float = 2.0,
-        init_z_loc: float = 1.0,
-        init_z_logvar: float = -9.0,
-        init_reverse_scale: float = 1.0,
+        zflow: ZFlowConfig | Mapping | None = None,
         init_scale: float = 0.2,
         init_rho: tuple[float, float] = (-5.0, -4.0),
+        **options,
     ) -> None:
+        cfg = ZFlowConfig.take(zflow, options)
+        if options:
+            raise TypeError(f"GaussianFlowGuide got unexpected keyword argument(s) {sorted(options)}")
         super().__init__()
         if not isinstance(model, BayesianModel):
             raise TypeError(f"model must be a zoo BayesianModel, got {type(model).__name__}")
@@ -65,16 +68,7 @@ class GaussianFlowGuide(ZFlowMixin, LCRTLinearMixin, PyroModule):
         self._wspecs = [s for s in self._specs if s.role == "weight"]
         self._lcrt_cache = None
         init_slab_params(self, self._specs, init_scale, init_rho)
-        self._init_zflows(
-            self._wspecs,
-            flow_hidden,
-            num_steps,
-            reverse_steps,
-            sigmoid_bias,
-            init_z_loc,
-            init_z_logvar,
-            init_reverse_scale,
-        )
+        self._init_zflows(self._wspecs, cfg)
         self._noise_site = init_noise_factor(self, model)
 
     @property

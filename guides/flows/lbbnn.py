@@ -9,12 +9,12 @@ pre-activations under :class:`guides.lbbnn.lcrt.LCRT_ELBO` and genuine weight-sp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
 
-from guides.flows.zflow import ZFlowMixin
+from guides.flows.zflow import ZFlowConfig, ZFlowMixin
 from guides.lbbnn.lcrt import LCRTLBBNNGuide
 from zoo.core.architectures import ParamSpec
 from zoo.core.model import BayesianModel
@@ -25,38 +25,15 @@ __all__ = ["LBBNNFlowGuide"]
 class LBBNNFlowGuide(ZFlowMixin, LCRTLBBNNGuide):
     """LBBNN-FLOW (Eqs. 5-11) on the spike-and-slab model; see the module docstring.
 
-    :param flow_hidden: MADE hidden widths of every IAF (paper: (250, 250) images, (100, 100) logistic).
-    :param num_steps: IAF steps of ``q(z)`` (paper 2); ``reverse_steps``: of the r-flow (paper 2).
-    :param init_z_loc, init_z_logvar: initial ``μ_0`` and ``logvar_0`` (the reference code: logvar ``-9``;
-        ``μ_0 = 1`` starts at the plain LCRT family rather than the code's ``N(0, 1)``).
-    :param init_reverse_scale: sd of the initial ``e, d_1, d_2`` (the reference code: 1 for images, 0.001
-        for the logistic simulation).
+    :param zflow: the z-flow's options, a :class:`guides.flows.zflow.ZFlowConfig` (or a mapping); its fields
+        may also be given by keyword (``flow_hidden=[100, 100]``), and override ``zflow``'s.
     Other keyword arguments go to :class:`guides.lbbnn.lcrt.LCRTLBBNNGuide`.
     """
 
-    def __init__(
-        self,
-        model: BayesianModel,
-        flow_hidden: Sequence[int] = (50, 50),
-        num_steps: int = 2,
-        reverse_steps: int = 2,
-        sigmoid_bias: float = 2.0,
-        init_z_loc: float = 1.0,
-        init_z_logvar: float = -9.0,
-        init_reverse_scale: float = 1.0,
-        **kwargs,
-    ) -> None:
+    def __init__(self, model: BayesianModel, zflow: ZFlowConfig | Mapping | None = None, **kwargs) -> None:
+        cfg = ZFlowConfig.take(zflow, kwargs)
         super().__init__(model, **kwargs)
-        self._init_zflows(
-            self._wspecs,
-            flow_hidden,
-            num_steps,
-            reverse_steps,
-            sigmoid_bias,
-            init_z_loc,
-            init_z_logvar,
-            init_reverse_scale,
-        )
+        self._init_zflows(self._wspecs, cfg)
 
     def layer_z(self, g: int, spec: ParamSpec) -> Tensor:
         return self.sample_layer_z(g, spec)

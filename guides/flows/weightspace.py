@@ -27,7 +27,7 @@ latent.  Priors with a closed-form KL have their own guides as well
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pyro
 import pyro.distributions as dist
@@ -39,7 +39,7 @@ from pyro.nn import PyroModule, PyroParam
 from torch import Tensor
 
 from guides.autoguides import incompatible, init_to_lecun, is_discrete_site, latent_sites
-from guides.flows.zflow import ZFLOW_DEFAULTS, ZFlowMixin
+from guides.flows.zflow import ZFlowConfig, ZFlowMixin
 from guides.lbbnn.base import param_attr
 from zoo.core.architectures import MLP, ParamSpec
 from zoo.core.model import BayesianModel
@@ -82,21 +82,28 @@ class WeightSpaceGuide(ZFlowMixin, PyroModule):
     :param model: a :class:`~zoo.core.model.BayesianModel` whose prior emits a continuous site per spec.
     :param family: ``"factorized"``, ``"tied"`` or ``"flow"``.
     :param init_sd: initial standard deviation of every weight factor (and of the ``AutoNormal`` part).
-    :param zflow: ``"flow"`` only: the z-flow options of :data:`guides.flows.zflow.ZFLOW_DEFAULTS`
-        (``flow_hidden``, ``num_steps``, ...).
+    :param zflow: ``"flow"`` only: the z-flow's options (:class:`guides.flows.zflow.ZFlowConfig` or a
+        mapping); its fields may also be given by keyword (``flow_hidden``, ``num_steps``, ...).
     """
 
-    def __init__(self, model: BayesianModel, family: str = "factorized", init_sd: float = 1e-2, **zflow):
+    def __init__(
+        self,
+        model: BayesianModel,
+        family: str = "factorized",
+        init_sd: float = 1e-2,
+        zflow: ZFlowConfig | Mapping | None = None,
+        **options,
+    ) -> None:
         super().__init__()
         if family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
         if not isinstance(model, BayesianModel):
             raise incompatible(model, family, WeightSpaceGuide, "a zoo BayesianModel")
-        unknown = sorted(set(zflow) - set(ZFLOW_DEFAULTS))
-        if unknown or (zflow and family != "flow"):
-            raise TypeError(
-                f"WeightSpaceGuide({family!r}) got unexpected keyword argument(s) {sorted(zflow)}"
-            )
+        unknown = sorted(set(options) - set(ZFlowConfig.field_names()))
+        if unknown or ((options or zflow is not None) and family != "flow"):
+            given = sorted(options) + (["zflow"] if zflow is not None else [])
+            raise TypeError(f"WeightSpaceGuide({family!r}) got unexpected keyword argument(s) {given}")
+        cfg = ZFlowConfig.take(zflow, options) if family == "flow" else None
         if family == "flow" and not isinstance(model.architecture, MLP):
             raise incompatible(model, family, WeightSpaceGuide, "a zoo MLP (z-flow over (out, in) weights)")
         _check_sites(model, family)
@@ -108,7 +115,7 @@ class WeightSpaceGuide(ZFlowMixin, PyroModule):
         for s in self._specs:
             self._init_factor(s, ref)
         if family == "flow":
-            self._init_zflows(self._wspecs, **{**ZFLOW_DEFAULTS, **zflow})
+            self._init_zflows(self._wspecs, cfg)
             self.to(dtype=ref.dtype, device=ref.device)  # the flows are created in torch's default dtype
         hide = [s.name for s in self._specs]
         rest = set(latent_sites(model)) - set(hide)

@@ -30,8 +30,9 @@ sampled ``(γ, w)``; in LCRT mode it is drawn from its LCRT Gaussian (as the ref
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyro
 import pyro.distributions as dist
@@ -44,23 +45,64 @@ from guides.flows.iaf import IAF, make_iaf
 from guides.lbbnn.base import param_attr
 from guides.lbbnn.lcrt import lcrt_moments
 from zoo.core.architectures import ParamSpec
+from zoo.core.config import Config, resolve
+from zoo.core.validation import check_positive, check_positive_int, check_real, check_widths
 from zoo.families.lbbnn.prior import group_prefix
 from zoo.ops.local_reparam import gaussian_preactivation
 
-__all__ = ["ZFLOW_DEFAULTS", "ZFlowMixin", "IAF"]
+__all__ = ["ZFLOW_DEFAULTS", "ZFlowConfig", "ZFlowMixin", "IAF"]
 
 
-#: the z-flow options and defaults of :meth:`ZFlowMixin._init_zflows` (as in :class:`LBBNNFlowGuide`),
-#: taken by name from ``guide_options`` by :class:`HorseshoeFlowGuide`
-ZFLOW_DEFAULTS = {
-    "flow_hidden": (50, 50),
-    "num_steps": 2,
-    "reverse_steps": 2,
-    "sigmoid_bias": 2.0,
-    "init_z_loc": 1.0,
-    "init_z_logvar": -9.0,
-    "init_reverse_scale": 1.0,
-}
+@dataclasses.dataclass(frozen=True)
+class ZFlowConfig(Config):
+    """Options of the z-flow (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §3.1-3.2, Eqs. 5-11).
+
+    Every z-flow guide takes them either as ``zflow=ZFlowConfig(...)`` (or a mapping) or by keyword
+    (``flow_hidden=[100, 100]``), which is how a registry entry's ``guide_options`` reach them.
+
+    Args:
+        flow_hidden: MADE hidden widths of every IAF (paper: (250, 250) for images, (100, 100) for the
+            logistic simulation, §5.1).
+        num_steps: ``K``, the IAF steps of ``q(z)`` (Eq. 6; paper 2).
+        reverse_steps: ``K_r``, the IAF steps of the reverse model's flow (Eq. 11; paper 2).
+        sigmoid_bias: added before the IAF's sigmoid (Eq. 7; Pyro's near-identity start 2.0, the reference
+            code 0).
+        init_z_loc, init_z_logvar: the initial ``μ_0`` and ``logvar_0`` of ``q_0(z_0)`` (the reference code:
+            logvar ``-9``; ``μ_0 = 1`` starts at the plain LCRT family rather than the code's ``N(0, 1)``).
+        init_reverse_scale: sd of the initial ``e, d_1, d_2`` of ``r`` (the reference code: 1 for images,
+            0.001 for the logistic simulation); 0 starts ``r`` at ``N(0, 1)`` exactly.
+    """
+
+    flow_hidden: tuple[int, ...] = (50, 50)
+    num_steps: int = 2
+    reverse_steps: int = 2
+    sigmoid_bias: float = 2.0
+    init_z_loc: float = 1.0
+    init_z_logvar: float = -9.0
+    init_reverse_scale: float = 1.0
+
+    def validate(self) -> None:
+        object.__setattr__(self, "flow_hidden", check_widths("flow_hidden", self.flow_hidden))
+        if not self.flow_hidden:
+            raise ValueError("flow_hidden must name at least one MADE hidden width")
+        check_positive_int("num_steps", self.num_steps)
+        check_positive_int("reverse_steps", self.reverse_steps)
+        for name in ("sigmoid_bias", "init_z_loc", "init_z_logvar"):
+            check_real(name, getattr(self, name))
+        check_positive("init_reverse_scale", self.init_reverse_scale, allow_zero=True)
+
+    @classmethod
+    def take(cls, zflow: ZFlowConfig | Mapping | None, options: dict) -> ZFlowConfig:
+        """The config a guide's call means: ``zflow`` updated by the z-flow keywords, which are *removed*
+        from ``options`` (the guide's other keyword arguments stay there for its base class)."""
+        if zflow is not None and not isinstance(zflow, (cls, Mapping)):
+            raise TypeError(f"zflow must be a ZFlowConfig or a mapping, got {type(zflow).__name__}")
+        keys = {k: options.pop(k) for k in cls.field_names() if k in options}
+        return resolve(cls, zflow, keys)
+
+
+#: the z-flow options and their defaults (the fields of :class:`ZFlowConfig`)
+ZFLOW_DEFAULTS = ZFlowConfig().to_dict()
 
 
 class ZFlowMixin:
@@ -70,31 +112,27 @@ class ZFlowMixin:
     sites and :meth:`add_zflow_factor` after them.  Transient per-run state lives in ``_zrun`` only.
     """
 
-    def _init_zflows(
-        self,
-        wspecs: Sequence[ParamSpec],
-        flow_hidden: Sequence[int],
-        num_steps: int,
-        reverse_steps: int,
-        sigmoid_bias: float,
-        init_z_loc: float,
-        init_z_logvar: float,
-        init_reverse_scale: float,
-    ) -> None:
+    def _init_zflows(self, wspecs: Sequence[ParamSpec], cfg: ZFlowConfig) -> None:
+        """Create ``q_0``, the q-flow, the reverse flow and ``e, d_1, d_2`` of every weight tensor."""
+        self.zflow = cfg
         self._zrun: dict[int, Tensor] = {}
         for s in wspecs:
             if len(s.shape) != 2:
                 raise ValueError(f"specs: {s.name} is not a (out, in) weight matrix")
             d_in = s.shape[1]
             p = group_prefix(s)
-            setattr(self, param_attr(p, "z_loc"), PyroParam(init_z_loc + 0.01 * torch.randn(d_in)))
-            setattr(self, param_attr(p, "z_logvar"), PyroParam(init_z_logvar + 0.01 * torch.randn(d_in)))
-            setattr(self, param_attr(p, "zflow"), make_iaf(d_in, flow_hidden, num_steps, sigmoid_bias))
+            setattr(self, param_attr(p, "z_loc"), PyroParam(cfg.init_z_loc + 0.01 * torch.randn(d_in)))
+            setattr(self, param_attr(p, "z_logvar"), PyroParam(cfg.init_z_logvar + 0.01 * torch.randn(d_in)))
             setattr(
-                self, param_attr(p, "reverse_flow"), make_iaf(d_in, flow_hidden, reverse_steps, sigmoid_bias)
+                self, param_attr(p, "zflow"), make_iaf(d_in, cfg.flow_hidden, cfg.num_steps, cfg.sigmoid_bias)
+            )
+            setattr(
+                self,
+                param_attr(p, "reverse_flow"),
+                make_iaf(d_in, cfg.flow_hidden, cfg.reverse_steps, cfg.sigmoid_bias),
             )
             for what in ("reverse_e", "reverse_d1", "reverse_d2"):
-                setattr(self, param_attr(p, what), PyroParam(init_reverse_scale * torch.randn(d_in)))
+                setattr(self, param_attr(p, what), PyroParam(cfg.init_reverse_scale * torch.randn(d_in)))
 
     def _zp(self, spec: ParamSpec, what: str):
         return getattr(self, param_attr(group_prefix(spec), what))

@@ -3,11 +3,13 @@ node-wise horseshoe BNN of paper 004 (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pyro.distributions as dist
 import torch
 from torch import Tensor
 
-from guides.flows.zflow import ZFLOW_DEFAULTS, ZFlowMixin
+from guides.flows.zflow import ZFlowConfig, ZFlowMixin
 from guides.horseshoe.factorized import HorseshoeGuide
 from zoo.core.architectures import ParamSpec
 from zoo.core.model import BayesianModel
@@ -36,12 +38,11 @@ class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
 
     supports_lrt = False
 
-    def __init__(self, model: BayesianModel, **kwargs) -> None:
-        """``kwargs``: the z-flow options of :class:`LBBNNFlowGuide` (``flow_hidden``, ``num_steps``,
-        ``reverse_steps``, ``sigmoid_bias``, ``init_z_loc``, ``init_z_logvar``, ``init_reverse_scale``; same
-        defaults) and those of :class:`guides.horseshoe.factorized.HorseshoeGuide` (``init_sd``,
-        ``init_scales``)."""
-        zflow = {k: kwargs.pop(k, v) for k, v in ZFLOW_DEFAULTS.items()}
+    def __init__(self, model: BayesianModel, zflow: ZFlowConfig | Mapping | None = None, **kwargs) -> None:
+        """``zflow``: the z-flow's options (:class:`guides.flows.zflow.ZFlowConfig` or a mapping; its fields
+        may also be given by keyword, and override ``zflow``'s); other keyword arguments go to
+        :class:`guides.horseshoe.factorized.HorseshoeGuide` (``init_sd``, ``init_scales``)."""
+        cfg = ZFlowConfig.take(zflow, kwargs)
         super().__init__(model, **kwargs)
         if self.centered:
             raise ValueError("centered: the z-flow guide needs the non-centered horseshoe (centered=False)")
@@ -52,7 +53,7 @@ class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
             if len(w) != 1 or len(w[0].shape) != 2 or w[0].unit_dim != 0:
                 raise ValueError(f"model: layer {layer.prefix} needs one (out, in) weight matrix (an MLP)")
             self._zspecs.append(w[0])
-        self._init_zflows(self._zspecs, **zflow)
+        self._init_zflows(self._zspecs, cfg)
 
     def _z_rows(self, i: int, z: Tensor) -> Tensor:
         """``z`` (``(..., in)``) as a ``(..., K, F)`` multiplier of layer ``i``'s unit rows (bias: 1)."""

@@ -27,6 +27,7 @@ __all__ = [
     "check_tensor",
     "check_bool",
     "check_positive",
+    "check_real",
     "check_positive_int",
     "check_probability",
     "check_same_device",
@@ -102,6 +103,15 @@ def check_seed(name: str, value: object) -> int:
     if value > MAX_SEED:  # type: ignore[operator]
         raise ValueError(f"{name} must be <= 2**32 - 1 = {MAX_SEED}, got {value}")
     return value  # type: ignore[return-value]
+
+
+def check_real(name: str, value: object) -> float:
+    """A finite real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
 
 
 def check_positive(name: str, value: object, *, allow_zero: bool = False) -> float:

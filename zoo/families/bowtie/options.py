@@ -13,16 +13,10 @@ import dataclasses
 from zoo.core.architectures import check_activation
 from zoo.core.config import Config
 from zoo.core.likelihood_options import LikelihoodOptions
-from zoo.core.validation import check_positive
+from zoo.core.validation import check_positive, check_real
 from zoo.families.bowtie.prior import check_gig_params
 
 __all__ = ["BowtieOptions", "NGIGOptions"]
-
-
-def _check_real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    return float(value)
 
 
 def _check_bool(name: str, value: object) -> None:
@@ -71,10 +65,10 @@ class BowtieOptions(Config):
             if self.delta_glob is not None:
                 check_positive("delta_glob", self.delta_glob)
             return
-        glob = [_check_real(n, getattr(self, n)) for n in ("nu_glob", "lam_glob")]
-        delta_glob = 1.0 if self.delta_glob is None else _check_real("delta_glob", self.delta_glob)
+        glob = [check_real(n, getattr(self, n)) for n in ("nu_glob", "lam_glob")]
+        delta_glob = 1.0 if self.delta_glob is None else check_real("delta_glob", self.delta_glob)
         check_gig_params("nu_glob/delta_glob/lam_glob", glob[0], delta_glob, glob[1])
-        loc = [_check_real(n, getattr(self, n)) for n in ("nu_loc", "delta_loc", "lam_loc")]
+        loc = [check_real(n, getattr(self, n)) for n in ("nu_loc", "delta_loc", "lam_loc")]
         check_gig_params("nu_loc/delta_loc/lam_loc", *loc)
 
 
@@ -110,8 +104,8 @@ class NGIGOptions(LikelihoodOptions):
         super().validate()
         _check_bool("scale_with_architecture", self.scale_with_architecture)
         check_activation(self.activation)
-        check_positive("bias_scale", _check_real("bias_scale", self.bias_scale))
-        glob = [_check_real(n, getattr(self, n)) for n in ("nu_glob", "delta_glob", "lam_glob")]
+        check_positive("bias_scale", check_real("bias_scale", self.bias_scale))
+        glob = [check_real(n, getattr(self, n)) for n in ("nu_glob", "delta_glob", "lam_glob")]
         check_gig_params("nu_glob/delta_glob/lam_glob", *glob)
-        loc = [_check_real(n, getattr(self, n)) for n in ("nu_loc", "delta_loc", "lam_loc")]
+        loc = [check_real(n, getattr(self, n)) for n in ("nu_loc", "delta_loc", "lam_loc")]
         check_gig_params("nu_loc/delta_loc/lam_loc", *loc)
