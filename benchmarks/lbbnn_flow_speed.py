@@ -24,6 +24,7 @@ import time
 import pyro
 import torch
 import torch.nn.functional as F
+from _lbbnn_plain import plain_kl, plain_layers
 
 from guides.lbbnn.lcrt import LCRT_ELBO
 from zoo.data import load_dataset
@@ -35,19 +36,8 @@ PSI, SLAB_VAR, BATCH = 0.1, 1.0, 100
 
 def plain_lcrt_step_fn(sizes, n_train):
     """A hand-written LBBNN-LCRT training step (no Pyro): h ~ N(E[h], Var[h]) per layer, analytic KL."""
-    layers, params = [], []
-    for d_in, d_out in zip(sizes[:-1], sizes[1:]):
-        lay = {
-            "mu": ((torch.rand(d_out, d_in) * 2 - 1) * 0.2).requires_grad_(),
-            "rho": (-5 + torch.rand(d_out, d_in)).requires_grad_(),
-            "lam": torch.rand(d_out, d_in).requires_grad_(),
-            "bmu": ((torch.rand(d_out) * 2 - 1) * 0.2).requires_grad_(),
-            "brho": (-5 + torch.rand(d_out)).requires_grad_(),
-        }
-        layers.append(lay)
-        params += list(lay.values())
+    layers, params = plain_layers(sizes)
     opt = torch.optim.Adam(params, lr=1e-3)
-    log_psi, log_1mpsi = torch.log(torch.tensor(PSI)), torch.log1p(torch.tensor(-PSI))
 
     def step(xb, yb):
         opt.zero_grad()
@@ -60,10 +50,7 @@ def plain_lcrt_step_fn(sizes, n_train):
             h = mean + var.clamp_min(1e-12).sqrt() * torch.randn_like(mean)
             if i < len(layers) - 1:
                 h = F.relu(h)
-            kl_b = a * (F.logsigmoid(lam) - log_psi) + (1 - a) * (F.logsigmoid(-lam) - log_1mpsi)
-            kl_s = 0.5 * (-2 * torch.log(sig) + (sig**2 + mu**2) / SLAB_VAR - 1)
-            kl_bias = 0.5 * (-2 * torch.log(bsig) + bsig**2 + lay["bmu"] ** 2 - 1)
-            kl = kl + (kl_b + a * kl_s).sum() + kl_bias.sum()
+            kl = kl + plain_kl(lay, a, sig, bsig, PSI, SLAB_VAR)
         loss = F.cross_entropy(h, yb, reduction="sum") * (n_train / xb.shape[0]) + kl
         loss.backward()
         opt.step()

@@ -16,6 +16,7 @@ import time
 import pyro
 import torch
 import torch.nn.functional as F
+from _lbbnn_plain import plain_kl, plain_layers
 from pyro.infer import Trace_ELBO
 
 from guides.lbbnn.elbo import ClosedFormKL_ELBO
@@ -29,26 +30,14 @@ PSI, SLAB_VAR, TEMP, BATCH = 0.1, 1.0, 0.5, 100
 
 def plain_step_fn(sizes, n_train):
     """A hand-written LBBNN training step (no Pyro)."""
-    params = []
-    layers = []
-    for d_in, d_out in zip(sizes[:-1], sizes[1:]):
-        lay = {
-            "kappa": ((torch.rand(d_out, d_in) * 2 - 1) * 0.2).requires_grad_(),
-            "rho": (-5 + torch.rand(d_out, d_in)).requires_grad_(),
-            "omega": torch.rand(d_out, d_in).requires_grad_(),
-            "bmu": ((torch.rand(d_out) * 2 - 1) * 0.2).requires_grad_(),
-            "brho": (-5 + torch.rand(d_out)).requires_grad_(),
-        }
-        layers.append(lay)
-        params += list(lay.values())
+    layers, params = plain_layers(sizes)
     opt = torch.optim.Adam(params, lr=1e-3)
-    log_psi, log_1mpsi = torch.log(torch.tensor(PSI)), torch.log1p(torch.tensor(-PSI))
 
     def step(xb, yb):
         opt.zero_grad()
         h, kl = xb, 0.0
         for i, lay in enumerate(layers):
-            om, kap = lay["omega"], lay["kappa"]
+            om, kap = lay["lam"], lay["mu"]
             tau = F.softplus(lay["rho"])
             u = torch.rand_like(om).clamp(1e-20, 1 - 1e-7)
             z = om + torch.log(u) - torch.log1p(-u)
@@ -61,10 +50,7 @@ def plain_step_fn(sizes, n_train):
             if i < len(layers) - 1:
                 h = F.relu(h)
             a = torch.sigmoid(om)
-            kl_b = a * (F.logsigmoid(om) - log_psi) + (1 - a) * (F.logsigmoid(-om) - log_1mpsi)
-            kl_s = 0.5 * (-2 * torch.log(tau) + (tau**2 + kap**2) / SLAB_VAR - 1)
-            kl_bias = 0.5 * (-2 * torch.log(btau) + btau**2 + lay["bmu"] ** 2 - 1)
-            kl = kl + (kl_b + a * kl_s).sum() + kl_bias.sum()
+            kl = kl + plain_kl(lay, a, tau, btau, PSI, SLAB_VAR)
         nll = F.cross_entropy(h, yb, reduction="sum") * (n_train / xb.shape[0])
         loss = nll + kl
         loss.backward()
