@@ -25,8 +25,9 @@ Every fit runs inside its own Pyro param-store scope (``FitResult.param_state``)
 never share parameters by name; :meth:`FitResult.activate` re-enters it.
 
 **Before the first step** :func:`fit` and :func:`resume` check the data against the model
-(:func:`check_model_data`: the architecture's input feature count, the likelihood's target support through
-:meth:`zoo.core.likelihoods.Likelihood.validate_targets`, whether or not Pyro's validation is on), apply
+(:func:`~zoo.infer.fit_checks.check_model_data`: the architecture's input feature count, the likelihood's
+target support through :meth:`zoo.core.likelihoods.Likelihood.validate_targets`, whether or not Pyro's
+validation is on; :mod:`zoo.infer.fit_checks` holds every check made before the first step), apply
 ``ZOO_NUM_THREADS`` (:mod:`zoo.infer.threads`), and record the registry spec that rebuilds model and guide:
 ``spec=`` if given, else the one :func:`zoo.experiments.registry.build` left on the model, so a fit made
 through the Python API reloads with ``zoo.checkpoint.load(path)`` alone.  A pair fresh from ``zoo.build``
@@ -36,7 +37,6 @@ through the Python API reloads with ``zoo.checkpoint.load(path)`` alone.  A pair
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,13 +51,21 @@ from torch import Tensor
 from tqdm import tqdm  # plain text bar: no ipywidgets needed, no widget warning in notebooks
 
 from zoo.core.guide import ClosedFormGuide
-from zoo.core.likelihoods import Likelihood
-from zoo.core.validation import check_positive_int, check_tensor, resolve_device
+from zoo.core.validation import check_positive_int, resolve_device
 from zoo.data.tensors import conform_tensors
 from zoo.infer import distributed
 from zoo.infer.accelerate import squarem_cycle
 from zoo.infer.config import FitConfig, resolve_fit_config
 from zoo.infer.divergence import DivergenceError, check_collapse, first_nonfinite, step_error
+from zoo.infer.fit_checks import (
+    check_data,
+    check_fit_objects,
+    check_model_data,
+    check_same_data,
+    data_shapes,
+    fit_spec,
+    split_optimizer,
+)
 from zoo.infer.noise import refit_noise, restore_training_noise
 from zoo.infer.optim import make_optimizer, optimizer_name
 from zoo.infer.result import ConvergenceMonitor, FitResult, guide_class_path
@@ -80,55 +88,6 @@ __all__ = [
 Callback = Callable[[int, float, FitResult], None]
 
 
-def check_data(x: object, y: object, task: str | None = None) -> None:
-    """Validate a training pair: ``x`` (N, d) float and finite; ``y`` (N,) or (N, k) finite."""
-    x = check_tensor("x", x, ndim=2, dtype_kind="float")
-    if y is None:
-        return
-    y = check_tensor("y", y, ndim=(1, 2))
-    if y.shape[0] != x.shape[0]:
-        raise ValueError(f"y has {y.shape[0]} rows but x has {x.shape[0]}")
-    if task == "multiclass" and y.is_floating_point():
-        raise TypeError("y must hold integer class labels (torch.long) for a classification model")
-    if task == "regression" and not y.is_floating_point():
-        raise TypeError("y must be a floating-point tensor for a regression model")
-    if x.device != y.device:
-        raise ValueError(f"y is on {y.device} but x is on {x.device}")
-
-
-def check_model_data(model: torch.nn.Module, x: object, y: object) -> None:
-    """:func:`check_data`, then what the model itself requires: ``x`` with as many columns as its
-    architecture's ``in_features`` and ``y`` in its likelihood's support
-    (:meth:`~zoo.core.likelihoods.Likelihood.validate_targets`, plain torch checks that run with Pyro's
-    validation off too).  Models that are not zoo models get :func:`check_data` only."""
-    check_data(x, y, getattr(model, "task", None))
-    expected = getattr(getattr(model, "architecture", None), "in_features", None)
-    if isinstance(expected, int) and x.shape[1] != expected:
-        raise ValueError(
-            f"x has {x.shape[1]} features (columns) but the model expects {expected} (its in_features); "
-            "build the model for this data or select the matching columns"
-        )
-    likelihood = getattr(model, "likelihood", None)
-    if y is not None and isinstance(likelihood, Likelihood):
-        likelihood.validate_targets(y)
-
-
-def fit_spec(model: torch.nn.Module, guide: object, spec: Mapping | None) -> dict | None:
-    """The registry spec a fit records: ``spec`` if given, else the one
-    :func:`zoo.experiments.registry.build` left on the model (``model._zoo_spec``), else ``None`` (a custom
-    model: :func:`zoo.infer.checkpoint.load` then needs ``model=``/``guide=``).  A copy, with the guide's
-    class path (``guide_class``), so loading can tell when the spec would rebuild another guide."""
-    if spec is None:
-        spec = getattr(model, "_zoo_spec", None)
-        if spec is None:
-            return None
-    if not isinstance(spec, Mapping):
-        raise TypeError(f"spec must be a registry spec (a dict from zoo.build), not {type(spec).__name__}")
-    out = copy.deepcopy(dict(spec))
-    out["guide_class"] = guide_class_path(guide)
-    return out
-
-
 def _next_batch(state: dict, n: int, batch_size: int | None, device: torch.device) -> Tensor | None:
     if batch_size is None or batch_size >= n:
         return None
@@ -140,23 +99,6 @@ def _next_batch(state: dict, n: int, batch_size: int | None, device: torch.devic
     idx = state["perm"][state["pos"] : state["pos"] + batch_size]
     state["pos"] += batch_size
     return idx.to(device)
-
-
-def _split_optimizer(optimizer: object, settings: dict) -> pyro.optim.PyroOptim | None:
-    """An optimizer instance is an object argument; a name is a config setting."""
-    if optimizer is None or isinstance(optimizer, pyro.optim.PyroOptim):
-        return optimizer
-    if isinstance(optimizer, str):
-        settings["optimizer"] = optimizer
-        return None
-    raise TypeError(f"optimizer must be a pyro.optim.PyroOptim or a name, got {type(optimizer).__name__}")
-
-
-def _check_objects(guide: object, loss: object) -> None:
-    if not callable(guide):
-        raise TypeError(f"guide must be callable (a Pyro guide), got {type(guide).__name__}")
-    if loss is not None and not isinstance(loss, ELBO):
-        raise TypeError(f"loss must be a pyro.infer ELBO, got {type(loss).__name__}")
 
 
 def fit(
@@ -201,13 +143,13 @@ def fit(
     (``cb(step, elbo, result)``; raising ``StopIteration`` stops the fit) and the registry ``spec``
     recorded for checkpoints (default: the spec :func:`zoo.experiments.registry.build` put on the model).
 
-    Everything is checked before the first step (:func:`check_model_data`: a wrong feature count or
-    targets outside the likelihood's support are a ``ValueError`` naming ``x``/``y``), and
+    Everything is checked before the first step (:func:`~zoo.infer.fit_checks.check_model_data`: a wrong
+    feature count or targets outside the likelihood's support are a ``ValueError`` naming ``x``/``y``), and
     ``ZOO_NUM_THREADS`` is applied when set (:mod:`zoo.infer.threads`).
     """
-    optim = _split_optimizer(optimizer, settings)
+    optim = split_optimizer(optimizer, settings)
     cfg = distributed.resolve_nproc(resolve_fit_config(config, settings))
-    _check_objects(guide, loss)
+    check_fit_objects(guide, loss)
     if cfg.accelerate is not None and (
         not isinstance(guide, ClosedFormGuide) or getattr(guide, "uses_gradients", True)
     ):
@@ -270,7 +212,7 @@ def _new_result(model, guide, data, cfg: FitConfig, optim, loss, spec, dev: torc
             "pos": 0,
             "epoch": 0,
             "shuffle": cfg.shuffle,
-            "data": _data_shapes(x, y),
+            "data": data_shapes(x, y),
         },
         spec=spec,
         example=(x[:2].detach().cpu(), None if y is None else y[:2].detach().cpu()),
@@ -278,26 +220,6 @@ def _new_result(model, guide, data, cfg: FitConfig, optim, loss, spec, dev: torc
     if cfg.tol is not None:
         result.loop_state["monitor"] = ConvergenceMonitor(cfg.tol, cfg.patience, cfg.window)
     return result
-
-
-def _data_shapes(x: Tensor, y: Tensor | None) -> dict:
-    """The training data's shapes as plain data (kept in the loop state and checkpoints)."""
-    return {"x": list(x.shape), "y": None if y is None else list(y.shape)}
-
-
-def _check_same_data(result: FitResult, x: Tensor, y: Tensor | None) -> None:
-    """A fit continues on the data it was trained on: other shapes or sizes change the minibatch stream,
-    the ELBO's ``N`` and the closed-form factors sized by the training set."""
-    fitted = result.loop_state.get("data")
-    if fitted is None:  # a fit recorded before the shapes were
-        return
-    now = _data_shapes(x, y)
-    for name in ("x", "y"):
-        if fitted[name] != now[name]:
-            raise ValueError(
-                f"{name}: this fit was trained on {name} of shape {tuple(fitted[name] or ())} but resume got "
-                f"{tuple(now[name] or ())}; resume on the same training data (or start a new fit)"
-            )
 
 
 def resume(
@@ -316,7 +238,7 @@ def resume(
     steps = check_positive_int("steps", steps, allow_zero=True)
     check_model_data(result.model, x, y)
     x, y = conform_tensors(result.model, x, y)
-    _check_same_data(result, x, y)
+    check_same_data(result, x, y)
     apply_num_threads()
     x = x.to(result.device)
     y = None if y is None else y.to(result.device)
