@@ -2,11 +2,12 @@
 
 A :class:`BenchSpec` names what is benched (a registry entry, ``name:guide``, with builder and guide
 options); a :class:`BenchPlan` combines specs with a :class:`~zoo.experiments.suites.Suite` (datasets ×
-splits × one budget) into fits (:meth:`BenchPlan.tasks`), checked before any training
-(:meth:`BenchPlan.preflight`: every dataset loads, every spec builds on it, options are valid).
-:func:`run_fits` runs them with the per-fit journal of ``zoo reproduce`` (:mod:`zoo.experiments.journal`):
-``DIR/bench.partial.jsonl`` while running, ``DIR/bench.json`` (signature + rows) when done.  The same plan
-in the same folder resumes (or, finished, refits nothing); another plan there is refused.
+splits × one budget) into fits (:meth:`BenchPlan.tasks`; one fit: :mod:`zoo.experiments.bench_fit`),
+checked before any training (:meth:`BenchPlan.preflight`: every dataset loads, every spec builds on it,
+options are valid).  :func:`run_fits` runs them with the per-fit journal of ``zoo reproduce``
+(:mod:`zoo.experiments.journal`): ``DIR/bench.partial.jsonl`` while running, ``DIR/bench.json``
+(signature + rows) when done.  The same plan in the same folder resumes (or, finished, refits nothing);
+another plan there is refused.
 
 Fit settings under a suite: the suite's hidden widths (``()`` for an entry whose default architecture has
 none, a linear model); SVI guides get the budget's steps, learning rate and batch size, closed-form CAVI
@@ -21,13 +22,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from zoo.core.config import Config
 from zoo.core.validation import check_mapping, check_positive_int
-from zoo.data import TableOptions, is_table_name, load_dataset
+from zoo.data import TableOptions, is_table_name
+from zoo.experiments.bench_fit import (
+    FitTask,
+    fit_task,
+    input_selection,  # noqa: F401 (re-exported: the one fit lives in bench_fit)
+    load_bench_dataset,
+)
 from zoo.experiments.config import RunConfig
 from zoo.experiments.dispatch import DispatchConfig
 from zoo.experiments.journal import JournalMismatch, describe_difference, read_journal, run_journaled
@@ -97,26 +104,6 @@ def parse_spec(
     if guide and guide not in entry.guides:
         raise ValueError(f"SPEC {text!r}: {model} offers guides {list(entry.guides)}, not {guide!r}")
     return BenchSpec(model, guide or entry.default_guide, dict(options or {}), dict(guide_options or {}))
-
-
-@dataclasses.dataclass(frozen=True)
-class FitTask:
-    """One fit of a plan (picklable: what a worker process receives)."""
-
-    label: str
-    model: str
-    dataset: str
-    split: int
-    seed: int
-    config: dict
-    table: dict | None = None
-    selection: bool = False
-    plugins: tuple[str, ...] = ()
-    scorer: Callable | None = None
-
-    @property
-    def key(self) -> tuple[str, str, int, int]:
-        return (self.label, self.dataset, self.split, self.seed)
 
 
 def row_key(row: Mapping) -> tuple[str, str, int, int]:
@@ -278,78 +265,6 @@ class BenchPlan:
                             )
                         )
         return out
-
-
-def input_selection(run) -> dict:
-    """TPR/FPR of the inputs a fit keeps (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §4.1): input
-    ``j`` is selected when the guide's sparsity report keeps any first-layer weight reading it.  ``{}`` when
-    the data have no true support or the guide reports no sparsity."""
-    from zoo.eval.selection import selection_rates
-
-    truth = run.dataset.true_support
-    report = getattr(run.result.guide, "sparsity_report", None)
-    if truth is None or not callable(report):
-        return {}
-    with run.result.activate():
-        masks = report(run.result.model).masks
-    first = [
-        m for k, m in masks.items() if k.endswith("weight") and m.dim() == 2 and m.shape[-1] == truth.size
-    ]
-    if not first:
-        return {}
-    tpr, fpr = selection_rates(first[0].any(dim=0).cpu().numpy(), truth)
-    return {"tpr": tpr, "fpr": fpr}
-
-
-def _scalars(metrics: Mapping) -> dict:
-    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) or v is None}
-
-
-def load_bench_dataset(dataset: str, split: int, data_dir, table) -> Any:
-    """A suite's dataset: a registry name, an own table (``table``) or a stored reference instance
-    (``reference:NAME``, :mod:`zoo.experiments.reference_suite`)."""
-    from zoo.experiments.reference_suite import is_reference_name, load_reference_dataset
-
-    if is_reference_name(dataset):
-        return load_reference_dataset(dataset, split, data_dir)
-    return load_dataset(dataset, split, data_dir=data_dir, table=table)
-
-
-def fit_task(task: FitTask) -> dict:
-    """Run one fit (in this process, one torch thread) and return its row."""
-    import pyro
-    import torch
-
-    from zoo.experiments.registry import available
-    from zoo.experiments.runs import fit_on_dataset
-
-    torch.set_num_threads(1)
-    pyro.enable_validation(False)
-    if task.model not in available():  # a worker that did not inherit the plugin (spawned process)
-        from zoo.experiments.plugins import load_plugin
-
-        for p in task.plugins:
-            load_plugin(p)
-    t0 = time.perf_counter()
-    cfg = RunConfig.from_dict(task.config)
-    ds = load_bench_dataset(task.dataset, task.split, cfg.data_dir, task.table)
-    run = fit_on_dataset(task.model, ds, cfg)
-    metrics = dict(run.metrics)
-    if task.selection and "tpr" not in metrics:
-        metrics.update(input_selection(run))
-    if task.scorer is not None:
-        metrics.update(task.scorer(run))
-    row = {
-        **_scalars(metrics),
-        "label": task.label,
-        "dataset": task.dataset,
-        "dataset_name": ds.name,
-        "task": ds.task,
-        "split": task.split,
-        "seed": task.seed,
-        "total_seconds": round(time.perf_counter() - t0, 3),
-    }
-    return row
 
 
 def check_out(out: Path, signature: dict) -> dict:
