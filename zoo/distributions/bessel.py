@@ -8,6 +8,8 @@ dtype; :func:`log_bessel_k` and :func:`bessel_k_ratio` are differentiable (first
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -46,7 +48,7 @@ def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 
 class _LogBesselK(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, nu, x):
+    def forward(ctx: Any, nu: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         shape = torch.broadcast_shapes(nu.shape, x.shape)
         nu_b, x_b = np.broadcast_arrays(np64(nu), np64(x))
         out = torch.as_tensor(logk_np(nu_b, x_b), dtype=x.dtype, device=x.device).reshape(shape)
@@ -54,7 +56,7 @@ class _LogBesselK(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         nu, x = ctx.saved_tensors
         nu_b, x_b = np.broadcast_arrays(np64(nu), np64(x))
         g_nu = g_x = None
@@ -71,7 +73,7 @@ class _LogBesselK(torch.autograd.Function):
 
 class _BesselKRatio(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, nu, x):
+    def forward(ctx: Any, nu: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         shape = torch.broadcast_shapes(nu.shape, x.shape)
         nu_b, x_b = np.broadcast_arrays(np64(nu), np64(x))
         r = np.exp(log_ratio_np(nu_b, x_b))
@@ -80,7 +82,7 @@ class _BesselKRatio(torch.autograd.Function):
         return torch.as_tensor(r, dtype=x.dtype, device=x.device).reshape(shape)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         nu, x = ctx.saved_tensors
         nu_b, x_b = np.broadcast_arrays(np64(nu), np64(x))
         r = ctx.ratio
@@ -95,7 +97,7 @@ class _BesselKRatio(torch.autograd.Function):
         return g_nu, g_x
 
 
-def log_bessel_k(nu, x) -> torch.Tensor:
+def log_bessel_k(nu: float | torch.Tensor, x: float | torch.Tensor) -> torch.Tensor:
     r""":math:`\log K_\nu(x)`, the log modified Bessel function of the second kind, stable for any real order.
 
     Float64 on the CPU internally (``scipy.special.kve`` for :math:`|\nu| < 20`, with a saddle-point trapezoid
@@ -109,7 +111,7 @@ def log_bessel_k(nu, x) -> torch.Tensor:
     return _LogBesselK.apply(nu_t, x_t)
 
 
-def bessel_k_ratio(nu, x) -> torch.Tensor:
+def bessel_k_ratio(nu: float | torch.Tensor, x: float | torch.Tensor) -> torch.Tensor:
     r""":math:`K_{\nu+1}(x) / K_\nu(x)`, finite and accurate for any real order (e.g. :math:`\nu = -1250`).
 
     The Bessel ratio behind every GIG moment in paper 000 App. E.1 (and the Gamma-prior EM step, App. E.2).
@@ -119,7 +121,7 @@ def bessel_k_ratio(nu, x) -> torch.Tensor:
     return _BesselKRatio.apply(nu_t, x_t)
 
 
-def log_bessel_k_ratio(nu, x) -> torch.Tensor:
+def log_bessel_k_ratio(nu: float | torch.Tensor, x: float | torch.Tensor) -> torch.Tensor:
     r""":math:`\log K_{\nu+1}(x) - \log K_\nu(x)`, without cancellation at large :math:`|\nu|` (not
     differentiable)."""
     (nu_t, x_t), dtype, device = _as_tensors(nu, x)
@@ -127,7 +129,7 @@ def log_bessel_k_ratio(nu, x) -> torch.Tensor:
     return torch.as_tensor(log_ratio_np(nu_b, x_b), dtype=dtype, device=device)
 
 
-def log_bessel_k_dnu(nu, x) -> torch.Tensor:
+def log_bessel_k_dnu(nu: float | torch.Tensor, x: float | torch.Tensor) -> torch.Tensor:
     r""":math:`\partial_\nu \log K_\nu(x)`, needed for :math:`E[\log x]` under a GIG (not differentiable).
 
     Analytic derivative of the Debye expansion for :math:`|\nu| \ge 20`; for smaller orders the exact identity

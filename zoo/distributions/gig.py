@@ -60,6 +60,7 @@ sweep on CUDA never copies to the host.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Number
 
 import numpy as np
@@ -143,7 +144,9 @@ class GeneralizedInverseGaussian(TorchDistribution):
         if not bool(torch.isfinite(nu).all() & torch.isfinite(delta).all() & torch.isfinite(lam).all()):
             raise ValueError("GeneralizedInverseGaussian: parameters must be finite")
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(
+        self, batch_shape: Sequence[int], _instance: GeneralizedInverseGaussian | None = None
+    ) -> GeneralizedInverseGaussian:
         new = self._get_checked_instance(GeneralizedInverseGaussian, _instance)
         batch_shape = torch.Size(batch_shape)
         new.nu = self.nu.expand(batch_shape)
@@ -224,7 +227,7 @@ class GeneralizedInverseGaussian(TorchDistribution):
         )
         return torch.where(general, log_gen, torch.where(gamma, log_gam, log_ig))
 
-    def log_prob(self, value):
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self._validate_args:
             self._validate_sample(value)
         nu, delta, lam = self.nu, self.delta, self.lam
@@ -243,7 +246,7 @@ class GeneralizedInverseGaussian(TorchDistribution):
         log_z = self.log_normalizer().detach()
         return log_z - (nu - 1.0) * self._moment("log") + 0.5 * (e_rec + e_x)
 
-    def sample(self, sample_shape=_EMPTY_SHAPE):
+    def sample(self, sample_shape: torch.Size = _EMPTY_SHAPE) -> torch.Tensor:
         shape = self._extended_shape(sample_shape)
         with torch.no_grad():
             flat = [p.expand(shape).to(torch.float64).reshape(-1) for p in (self.nu, self.delta, self.lam)]

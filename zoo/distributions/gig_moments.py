@@ -11,6 +11,8 @@ two limits, which the GIG class and the bow-tie prior share.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import torch
 from scipy import special
@@ -28,8 +30,10 @@ __all__ = [
 #: the moments :func:`gig_moment_np` computes: E[x], E[1/x], E[log x], Var[x]
 MOMENTS = ("mean", "recip", "log", "var")
 
+_Array = TypeVar("_Array", np.ndarray, torch.Tensor)
 
-def gig_cases(delta, lam):
+
+def gig_cases(delta: _Array, lam: _Array) -> tuple[_Array, _Array, _Array]:
     """Masks ``(gamma, invgamma, general)`` of the GIG cases of App. E.1: ``delta = 0`` (Gamma limit),
     ``lam = 0`` (inverse-gamma limit) and the general case; numpy arrays or torch tensors."""
     gamma = delta == 0

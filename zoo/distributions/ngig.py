@@ -37,6 +37,7 @@ over ``w``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from pyro.distributions import Laplace, StudentT, TorchDistribution
@@ -79,12 +80,19 @@ def _t(x, like: torch.Tensor | None = None) -> torch.Tensor:
 # distributions
 
 
-def ngig_mixing(nu, delta, lam, validate_args=None) -> GeneralizedInverseGaussian:
+def ngig_mixing(
+    nu: float | torch.Tensor,
+    delta: float | torch.Tensor,
+    lam: float | torch.Tensor,
+    validate_args: bool | None = None,
+) -> GeneralizedInverseGaussian:
     r"""The local/global scale prior :math:`\mathrm{GIG}(\nu, \delta, \lambda)` of Eqs. (6)-(7)."""
     return GeneralizedInverseGaussian(nu, delta, lam, validate_args=validate_args)
 
 
-def inverse_gamma_mixing(nu, delta, validate_args=None) -> GeneralizedInverseGaussian:
+def inverse_gamma_mixing(
+    nu: float | torch.Tensor, delta: float | torch.Tensor, validate_args: bool | None = None
+) -> GeneralizedInverseGaussian:
     r"""Table 1, Student-t column: :math:`\nu < 0`, :math:`\delta > 0`, :math:`\lambda = 0`, i.e.
     InverseGamma(:math:`-\nu`, :math:`\delta^2/2`); the marginal is Student-t with ``df = -2 nu`` and scale
     ``delta / sqrt(-2 nu)`` (App. E.1, case 1; ``nu = -1.5`` gives 3 dof, the authors' default)."""
@@ -92,7 +100,9 @@ def inverse_gamma_mixing(nu, delta, validate_args=None) -> GeneralizedInverseGau
     return GeneralizedInverseGaussian(nu, delta, torch.zeros_like(delta), validate_args=validate_args)
 
 
-def student_t_mixing(df, scale=1.0, validate_args=None) -> GeneralizedInverseGaussian:
+def student_t_mixing(
+    df: float | torch.Tensor, scale: float | torch.Tensor = 1.0, validate_args: bool | None = None
+) -> GeneralizedInverseGaussian:
     r"""Table 1, Student-t column, parameterized by the marginal.
 
     ``nu = -df/2``, ``delta = scale * sqrt(df)``, ``lam = 0``, so that ``w = sqrt(psi) z`` is
@@ -101,7 +111,9 @@ def student_t_mixing(df, scale=1.0, validate_args=None) -> GeneralizedInverseGau
     return inverse_gamma_mixing(-0.5 * df, scale * torch.sqrt(df), validate_args=validate_args)
 
 
-def laplace_mixing(lam, validate_args=None) -> GeneralizedInverseGaussian:
+def laplace_mixing(
+    lam: float | torch.Tensor, validate_args: bool | None = None
+) -> GeneralizedInverseGaussian:
     r"""Table 1, Laplace column: ``nu = 1, delta = 0`` -- Exponential(rate ``lam**2 / 2``) mixing, giving the
     Bayesian-lasso marginal Laplace(0, ``1/lam``) (App. E.1, case 2)."""
     lam = _t(lam)
@@ -110,13 +122,17 @@ def laplace_mixing(lam, validate_args=None) -> GeneralizedInverseGaussian:
     )
 
 
-def normal_gamma_mixing(nu, lam, validate_args=None) -> GeneralizedInverseGaussian:
+def normal_gamma_mixing(
+    nu: float | torch.Tensor, lam: float | torch.Tensor, validate_args: bool | None = None
+) -> GeneralizedInverseGaussian:
     r"""Table 1, NG column: ``delta = 0``, Gamma(shape ``nu``, rate ``lam**2 / 2``) mixing (``nu > 0``)."""
     nu, lam = broadcast_all(nu, lam)
     return GeneralizedInverseGaussian(nu, torch.zeros_like(lam), lam, validate_args=validate_args)
 
 
-def normal_inverse_gaussian_mixing(delta, lam, validate_args=None) -> GeneralizedInverseGaussian:
+def normal_inverse_gaussian_mixing(
+    delta: float | torch.Tensor, lam: float | torch.Tensor, validate_args: bool | None = None
+) -> GeneralizedInverseGaussian:
     r"""Table 1, NIG column *with the erratum applied*.
 
     ``nu = -1/2`` (not the printed ``+1/2``), i.e. the inverse Gaussian with mean ``delta / lam`` and shape
@@ -181,7 +197,13 @@ def _student_t_marginal(x: torch.Tensor, nu, delta, invgamma: torch.Tensor) -> t
     return StudentT(df, torch.zeros_like(x), d_i / torch.sqrt(df), validate_args=False).log_prob(x)
 
 
-def ngig_marginal_log_prob(w, nu, delta, lam, tau=1.0) -> torch.Tensor:
+def ngig_marginal_log_prob(
+    w: float | torch.Tensor,
+    nu: float | torch.Tensor,
+    delta: float | torch.Tensor,
+    lam: float | torch.Tensor,
+    tau: float | torch.Tensor = 1.0,
+) -> torch.Tensor:
     r"""Closed-form :math:`\log \int N(w \mid 0, \tau\psi)\, \mathrm{GIG}(\psi \mid \nu, \delta, \lambda)\,
     d\psi`.
 
@@ -198,7 +220,12 @@ def ngig_marginal_log_prob(w, nu, delta, lam, tau=1.0) -> torch.Tensor:
     return out - 0.5 * torch.log(tau)
 
 
-def normal_inverse_gaussian_marginal_log_prob(w, delta, lam, tau=1.0) -> torch.Tensor:
+def normal_inverse_gaussian_marginal_log_prob(
+    w: float | torch.Tensor,
+    delta: float | torch.Tensor,
+    lam: float | torch.Tensor,
+    tau: float | torch.Tensor = 1.0,
+) -> torch.Tensor:
     r"""NIG marginal (Table 1, column 4 with ``nu = -1/2``): :math:`\log[(\lambda\delta/\pi) e^{\lambda\delta}
     (\delta^2 + w^2)^{-1/2} K_1(\lambda\sqrt{\delta^2 + w^2})]` for ``tau = 1``
     (``scipy.stats.norminvgauss(a=lam*delta, b=0, scale=delta)``)."""
@@ -206,7 +233,12 @@ def normal_inverse_gaussian_marginal_log_prob(w, delta, lam, tau=1.0) -> torch.T
     return ngig_marginal_log_prob(w, torch.full_like(w, -0.5), delta, lam, tau)
 
 
-def normal_gamma_marginal_log_prob(w, nu, lam, tau=1.0) -> torch.Tensor:
+def normal_gamma_marginal_log_prob(
+    w: float | torch.Tensor,
+    nu: float | torch.Tensor,
+    lam: float | torch.Tensor,
+    tau: float | torch.Tensor = 1.0,
+) -> torch.Tensor:
     r"""Normal-gamma marginal (Table 1, column 3): for ``tau = 1``,
     :math:`\frac{\lambda^{2\nu}}{2^{\nu}\Gamma(\nu)} \frac{2}{\sqrt{2\pi}} (|w|/\lambda)^{\nu-1/2}
     K_{\nu-1/2}(\lambda|w|)`."""
@@ -214,7 +246,9 @@ def normal_gamma_marginal_log_prob(w, nu, lam, tau=1.0) -> torch.Tensor:
     return ngig_marginal_log_prob(w, nu, torch.zeros_like(w), lam, tau)
 
 
-def student_t_marginal(nu, delta, tau=1.0) -> StudentT:
+def student_t_marginal(
+    nu: float | torch.Tensor, delta: float | torch.Tensor, tau: float | torch.Tensor = 1.0
+) -> StudentT:
     r"""Student-t marginal of the inverse-gamma mixture (Table 1, column 1; App. E.1 case 1).
 
     ``StudentT(df = -2 nu, loc = 0, scale = delta * sqrt(tau) / sqrt(-2 nu))``."""
@@ -223,7 +257,7 @@ def student_t_marginal(nu, delta, tau=1.0) -> StudentT:
     return StudentT(df, torch.zeros_like(df), delta * torch.sqrt(tau) / torch.sqrt(df))
 
 
-def laplace_marginal(lam, tau=1.0) -> Laplace:
+def laplace_marginal(lam: float | torch.Tensor, tau: float | torch.Tensor = 1.0) -> Laplace:
     r"""Laplace marginal of the exponential mixture (Table 1, column 2): ``Laplace(0, sqrt(tau) / lam)``."""
     lam, tau = broadcast_all(lam, tau)
     return Laplace(torch.zeros_like(lam), torch.sqrt(tau) / lam)
@@ -249,7 +283,7 @@ class NormalGIG(TorchDistribution):
         self.mixing = GeneralizedInverseGaussian(self.nu, self.delta, self.lam, validate_args=validate_args)
         super().__init__(self.nu.shape, validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: Sequence[int], _instance: NormalGIG | None = None) -> NormalGIG:
         new = self._get_checked_instance(NormalGIG, _instance)
         batch_shape = torch.Size(batch_shape)
         new.nu = self.nu.expand(batch_shape)
@@ -270,12 +304,12 @@ class NormalGIG(TorchDistribution):
     def variance(self) -> torch.Tensor:
         return self.tau * self.mixing.mean
 
-    def log_prob(self, value):
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self._validate_args:
             self._validate_sample(value)
         return ngig_marginal_log_prob(value, self.nu, self.delta, self.lam, self.tau)
 
-    def sample(self, sample_shape=_EMPTY_SHAPE):
+    def sample(self, sample_shape: torch.Size = _EMPTY_SHAPE) -> torch.Tensor:
         with torch.no_grad():
             psi = self.mixing.sample(sample_shape)
             eps = torch.randn_like(psi)

@@ -31,7 +31,9 @@ p(x \mid b, 0)` (Polson, Scott & Windle 2013; used for Eq. (9)).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Number
+from typing import Any, NoReturn
 
 import numpy as np
 import polyagamma as _pg
@@ -75,7 +77,7 @@ def log_cosh(x: torch.Tensor) -> torch.Tensor:
     return ax + torch.log1p(torch.exp(-2.0 * ax)) - math.log(2.0)
 
 
-def polya_gamma_mean(b, c) -> torch.Tensor:
+def polya_gamma_mean(b: float | torch.Tensor, c: float | torch.Tensor) -> torch.Tensor:
     r""":math:`E[PG(b, c)] = \frac{b}{2c}\tanh(c/2)` (paper 000 Eq. (9)); equals :math:`b/4` at :math:`c = 0`.
 
     Finite and smooth for every real ``c`` (series for :math:`|c| < 10^{-3}`); differentiable.  For the
@@ -90,7 +92,7 @@ def polya_gamma_mean(b, c) -> torch.Tensor:
     return torch.where(small, series, direct)
 
 
-def polya_gamma_variance(b, c) -> torch.Tensor:
+def polya_gamma_variance(b: float | torch.Tensor, c: float | torch.Tensor) -> torch.Tensor:
     r""":math:`\mathrm{Var}[PG(b, c)] = \frac{b}{4c^3}\frac{\sinh c - c}{\cosh^2(c/2)}`, :math:`b/24` at 0.
 
     Series for :math:`|c| < 1/2` (no cancellation); differentiable."""
@@ -164,7 +166,7 @@ def _series_peak(b: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Index ``n*`` of the largest term of the small-x series (bisection on the log-term's derivative; 0 when
     the terms decrease from the start)."""
 
-    def dphi(n):
+    def dphi(n: np.ndarray) -> np.ndarray:
         return (
             special.digamma(n + b) - special.digamma(n + 1.0) + 2.0 / (2.0 * n + b) - 2.0 * (2.0 * n + b) / y
         )
@@ -308,7 +310,7 @@ def _pg0_logpdf(x: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class _PG0LogPdf(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, b):
+    def forward(ctx: Any, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         shape = torch.broadcast_shapes(x.shape, b.shape)
         val = _pg0_logpdf(
             x.detach().to("cpu", torch.float64).numpy(), b.detach().to("cpu", torch.float64).numpy()
@@ -316,7 +318,8 @@ class _PG0LogPdf(torch.autograd.Function):
         return torch.as_tensor(val, dtype=x.dtype, device=x.device).reshape(shape)
 
     @staticmethod
-    def backward(ctx, grad):  # pragma: no cover - explicit failure instead of a silently wrong gradient
+    def backward(ctx: Any, grad: torch.Tensor) -> NoReturn:  # pragma: no cover
+        # explicit failure instead of a silently wrong gradient
         raise NotImplementedError("PolyaGamma.log_prob is differentiable in c only (not in the value or b)")
 
 
@@ -350,7 +353,7 @@ class PolyaGamma(TorchDistribution):
             batch_shape = self.b.shape
         super().__init__(batch_shape, validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: Sequence[int], _instance: PolyaGamma | None = None) -> PolyaGamma:
         new = self._get_checked_instance(PolyaGamma, _instance)
         batch_shape = torch.Size(batch_shape)
         new.b = self.b.expand(batch_shape)
@@ -367,7 +370,7 @@ class PolyaGamma(TorchDistribution):
     def variance(self) -> torch.Tensor:
         return polya_gamma_variance(self.b, self.c)
 
-    def sample(self, sample_shape=_EMPTY_SHAPE):
+    def sample(self, sample_shape: torch.Size = _EMPTY_SHAPE) -> torch.Tensor:
         shape = self._extended_shape(sample_shape)
         with torch.no_grad():
             seed = int(torch.randint(0, 2**62, (1,)).item())
@@ -380,14 +383,14 @@ class PolyaGamma(TorchDistribution):
                 draws = _pg.random_polyagamma(h, z, size=tuple(shape), random_state=rng)
             return torch.as_tensor(np.asarray(draws, dtype=np.float64), device=self.b.device).to(self.b.dtype)
 
-    def log_prob(self, value):
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self._validate_args:
             self._validate_sample(value)
         b, c = self.b, self.c
         log_p0 = _PG0LogPdf.apply(value, b)
         return b * log_cosh(c / 2.0) - 0.5 * c * c * value + log_p0
 
-    def cdf(self, value):
+    def cdf(self, value: torch.Tensor) -> torch.Tensor:
         """CDF from ``polyagamma.polyagamma_cdf`` (CPU, float64; not differentiable)."""
         shape = torch.broadcast_shapes(value.shape, self.batch_shape)
         args = [t.detach().to("cpu", torch.float64).numpy() for t in (value, self.b, self.c)]
