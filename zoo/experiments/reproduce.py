@@ -2,8 +2,8 @@
 
 A :class:`Protocol` lists its runs (model × dataset × split × options); :func:`run_protocol` executes
 them (optionally in worker processes, one torch thread each), then writes ``DIR/NAME.json`` (per-split
-rows + mean ± sd per dataset/variant) and ``DIR/NAME.md`` (a table next to the paper's numbers).
-Committed results live in ``benchmarks/results/``.
+rows + mean ± sd per dataset/variant) and ``DIR/NAME.md`` (a table next to the paper's numbers), both
+made by :mod:`zoo.experiments.protocol_report`.  Committed results live in ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import platform
-import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,9 +26,9 @@ from zoo.experiments.ensemble import ensemble_weights, fit_ensemble
 from zoo.experiments.host import host
 from zoo.experiments.journal import load_journal, run_journaled
 from zoo.experiments.protocol import Protocol, RunSpec
+from zoo.experiments.protocol_report import protocol_markdown, summarize
 from zoo.experiments.registry import load_plugins
 from zoo.experiments.runs import dumps_json, fit_on_dataset
-from zoo.experiments.selection_table import inclusion_lines
 from zoo.io import atomic_write_many
 
 __all__ = [
@@ -127,70 +126,6 @@ def _run_one(spec: RunSpec) -> dict:
         row["dataset_name"] = row.get("dataset")
         row["dataset"] = spec.dataset
     return row
-
-
-def _summarize(rows: list[dict], metrics: Sequence[str]) -> dict:
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["variant"], r["dataset"]), []).append(r)
-    summary = {}
-    for (variant, ds), rs in groups.items():
-        entry = {"n_splits": len(rs)}
-        if any("sweeps" in r for r in rs):  # closed-form fits: the stopping rule fired, after how many sweeps
-            entry["converged"] = sum(bool(r.get("converged")) for r in rs)
-        for m in (*metrics, "fit_seconds", "sweeps"):
-            vals = [r[m] for r in rs if r.get(m) is not None]
-            if vals:
-                entry[m] = {
-                    "mean": statistics.fmean(vals),
-                    "sd": statistics.stdev(vals) if len(vals) > 1 else 0.0,
-                    "min": min(vals),
-                    "max": max(vals),
-                }
-        summary.setdefault(variant, {})[ds] = entry
-    return summary
-
-
-def _cpu(header: dict) -> str:
-    """`` (CPU, kernels)`` of a header that records its host (:mod:`zoo.experiments.host`), else ``""``."""
-    h = header.get("host")
-    return f" ({h['cpu']}, {h['isa']} kernels)" if h else ""
-
-
-def _markdown(p: Protocol, summary: dict, header: dict) -> str:
-    lines = [
-        f"# {p.name}",
-        "",
-        p.description,
-        "",
-        f"Command: `{header['command']}`  ",
-        f"Machine: {header['machine']}{_cpu(header)}; wall time {header['wall_seconds']:.0f} s; "
-        f"torch {header['torch']}",
-        "",
-    ]
-    for h in header.get("history", []):
-        lines[-1:-1] = [f"Merged with {h['rows']} rows from `{h['command']}` ({h['wall_seconds']:.0f} s)  "]
-    cols = list(p.metrics)
-    closed_form = any("converged" in e for per_ds in summary.values() for e in per_ds.values())
-    extra = " converged | sweeps |" if closed_form else ""
-    lines.append("| variant | dataset | splits | " + " | ".join(cols) + " |" + extra + " fit s | paper |")
-    lines.append("|" + "---|" * (len(cols) + 5 + 2 * closed_form))
-    for variant, per_ds in summary.items():
-        for ds, e in per_ds.items():
-            cells = [f"{e[m]['mean']:.3g} ± {e[m]['sd']:.2g}" if m in e else "–" for m in cols]
-            if closed_form:
-                sweeps = f"{e['sweeps']['mean']:.0f}" if "sweeps" in e else "–"
-                cells += [f"{e['converged']}/{e['n_splits']}" if "converged" in e else "–", sweeps]
-            ref = p.paper.get((variant, ds), {})
-            ref_s = ", ".join(f"{k} {v}" for k, v in ref.items()) or "–"
-            fs = e.get("fit_seconds", {}).get("mean", float("nan"))
-            lines.append(
-                f"| {variant} | {ds} | {e['n_splits']} | " + " | ".join(cells) + f" | {fs:.1f} | {ref_s} |"
-            )
-    lines += inclusion_lines(header.get("rows", ()))
-    if p.paper_source:
-        lines += ["", f"Paper numbers: {p.paper_source}"]
-    return "\n".join(lines) + "\n"
 
 
 def _preflight(specs: Sequence[RunSpec]) -> None:
@@ -396,7 +331,7 @@ def run_protocol(
     previous = out / f"{name}.json"
     if merge and previous.exists():
         rows, history = _merge_previous(previous, specs, rows)
-    summary = _summarize(rows, p.metrics)
+    summary = summarize(rows, p.metrics)
     header = {
         "protocol": name,
         "command": command,
@@ -416,7 +351,7 @@ def run_protocol(
         "paper_source": p.paper_source,
     }
     # both files are written in full before either replaces an earlier one (a full disk changes neither)
-    md = _markdown(p, summary, {**header, "history": history, "rows": rows})
+    md = protocol_markdown(p, summary, {**header, "history": history, "rows": rows})
     atomic_write_many({out / f"{name}.json": dumps_json(doc).encode(), out / f"{name}.md": md.encode()})
     journal.unlink()
     return doc
