@@ -31,16 +31,24 @@ same model (:func:`zoo.reference.score.fit_settings`).  The horseshoe has no lin
 its prior acts on hidden units only (the output layer has no sparsity prior, Ghosh et al. 2019, §3.3).
 
 ``selection-linear`` (the zoo's correlated selection design with a linear-Gaussian response) and the
-instance's parts are defined in :mod:`zoo.reference.spec`.
+instance's parts are defined in :mod:`zoo.reference.spec`, the constructors of each kind of instance (exact,
+linear, tanh network, horseshoe on tanh units, one tanh unit) in :mod:`zoo.reference.instance_kinds`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
-from zoo.core.likelihoods import IG2_NOISE_OPTIONS
 from zoo.families.baselines.options import MFVI_UNSCALED
+from zoo.reference.instance_kinds import HS_SAMPLER as _HS
+from zoo.reference.instance_kinds import TANH as _TANH
+from zoo.reference.instance_kinds import TANH_NOTE as _TANH_NOTE
+from zoo.reference.instance_kinds import WIDTH as _WIDTH
+from zoo.reference.instance_kinds import exact_instance as _exact
+from zoo.reference.instance_kinds import gauss_tanh_instance as _gauss_tanh
+from zoo.reference.instance_kinds import hs_tanh_instance as _hs_tanh
+from zoo.reference.instance_kinds import linear_instance as _linear
+from zoo.reference.instance_kinds import nuts_instance as _nuts
+from zoo.reference.instance_kinds import one_unit_instance as _one_unit
+from zoo.reference.instance_kinds import tanh_net_instance as _tanh_net
 from zoo.reference.spec import SELECTION_COLUMNS, DataSpec, ReferenceInstance, SamplerSettings
 
 __all__ = [
@@ -54,25 +62,6 @@ __all__ = [
 ]
 
 
-def _nuts(name: str, model: str, data: DataSpec, note: str, **kw: Any) -> ReferenceInstance:
-    return ReferenceInstance(name=name, model=model, method="nuts", data=data, note=note, **kw)
-
-
-def _exact(name: str, data: DataSpec, note: str) -> ReferenceInstance:
-    """The linear spike-and-slab (``lbbnn`` without hidden layers, fixed inclusion 0.25, slab variance 1,
-    noise variance ``IG(2, 0.5)`` as when the stored references were computed)."""
-    return ReferenceInstance(
-        name=name,
-        model="lbbnn",
-        method="enumeration",
-        data=data,
-        hidden=(),
-        options={"hyper": "fixed", "inclusion": 0.25, "slab_var": 1.0, **IG2_NOISE_OPTIONS},
-        draws=1000,
-        note=note,
-    )
-
-
 _BOWTIE = DataSpec("toy-bowtie", n_train=100)
 _CUBIC = DataSpec("toy-hs", n_test=50)
 _YACHT = DataSpec("uci:yacht", n_train=100)
@@ -84,18 +73,10 @@ _DIABETES_ROWS = "150 of 398 rows"
 _BOWTIE_ROWS = "100 of 270 training rows"
 _NGIG_DIABETES = {"samples": 3000, "target_accept": 0.995}  # plain NUTS (the comment at the instance)
 _TOY221 = DataSpec("toy-hs-221", n_train=200)
-_WIDTH = (3,)
 _SHRUNK = "hidden 3; {}"
-_TANH = {"activation": "tanh"}
-_TANH_NOTE = "hidden 3, tanh units; {}"
 _CUBIC_ROWS = "50 of 400 test rows"
 _BG1_NOTE = f"hidden 2, tanh units, layer scale b_g = 1; {_CUBIC_ROWS}"
 _CENTERED_NOTE = f"hidden 2, tanh units, sampled centered; {_CUBIC_ROWS}"
-#: every prior with a hierarchical form is sampled in its marginal form (:func:`zoo.infer.mcmc.fit_nuts`'s
-#: default: the horseshoe without its inverse-gamma auxiliaries, the collapsed priors with their per-weight
-#: hyper-latents integrated out); the horseshoe also needs a dense mass matrix for the ridge between its
-#: global and local scales, and smaller steps to run free of divergences
-_HS = SamplerSettings(target_accept=0.95, full_mass=True)
 
 #: the regression toys saturate tree depth 8 at every iteration (about 0.3-0.4 CPU-s each on this machine):
 #: 4 x (300 + 600) iterations keep one attempt under half an hour on one core (gauss-cubic's fails the gate:
@@ -103,72 +84,6 @@ _HS = SamplerSettings(target_accept=0.95, full_mass=True)
 _SHORT = SamplerSettings(warmup=300, samples=600)
 
 _SELECTION_NOTE = "exact: 2^14 models; 200 train / 50 test rows"
-
-#: the linear instances (no hidden layer) of the families whose network references fail the gate: a
-#: regression on all training rows, where the prior acts on the weights directly and NUTS mixes (pilot
-#: chains: step sizes 0.1-0.2, no divergences, 0.02-0.07 CPU-s per iteration)
-_LINEAR = SamplerSettings(target_accept=0.9)
-_LINEAR_NOTE = "linear (no hidden layer): the {} prior on the weights of a linear regression; all {} rows"
-
-
-def _linear(
-    name: str, model: str, dataset: str, prior: str, n_train: int, scored: tuple[str, ...] = ()
-) -> ReferenceInstance:
-    """A ``*-linear`` instance: ``model``'s prior on a network without hidden layer, all training rows."""
-    note = _LINEAR_NOTE.format(prior, f"{n_train} training")
-    return _nuts(name, model, DataSpec(dataset), note, hidden=(), sampler=_LINEAR, scored=scored)
-
-
-def _tanh_net(
-    name: str, model: str, data: DataSpec, rows: str, options: dict[str, Any], target_accept: float = 0.95
-) -> ReferenceInstance:
-    """A ``*-tanh`` instance: ``model`` with ``options`` on a network with 3 tanh units, target acceptance
-    .95 by default (the comment at ``reghs-cubic-tanh``)."""
-    sampler = SamplerSettings(target_accept=target_accept)
-    note = _TANH_NOTE.format(rows)
-    return _nuts(name, model, data, note, hidden=_WIDTH, sampler=sampler, options={**options, **_TANH})
-
-
-def _hs_tanh(
-    name: str,
-    data: DataSpec,
-    note: str,
-    hidden: tuple[int, ...] = (2,),
-    options: dict[str, Any] | None = None,
-    model: str = "hs-bnn",
-    **sampler: Any,
-) -> ReferenceInstance:
-    """A horseshoe (``hs-bnn``, or ``model``; the paper's scales unless ``options`` change them) on tanh
-    units, dense mass matrix, target acceptance .99; ``sampler``: :class:`SamplerSettings` fields that
-    differ."""
-    settings = dataclasses.replace(_HS, **{"target_accept": 0.99, **sampler})
-    return _nuts(
-        name, model, data, note, hidden=hidden, sampler=settings, options={**_TANH, **(options or {})}
-    )
-
-
-def _one_unit(
-    name: str, model: str, data: DataSpec, rows: str, gibbs: bool = True, **sampler: Any
-) -> ReferenceInstance:
-    """A ``*-tanh-w1`` instance: ``model``'s own prior on one tanh unit, 4 chains of 500 warm-up iterations
-    and 700 draws: one unit leaves no choice of which units are on (module docstring).  NUTS within Gibbs at
-    target acceptance .95, or (``gibbs=False``) plain NUTS on the prior's marginal form (the collapsed priors'
-    hyper-latents integrated out, the horseshoe's inverse-gamma auxiliaries left out) with a dense mass
-    matrix at target acceptance .99; ``sampler``: :class:`SamplerSettings` fields that differ."""
-    if gibbs:
-        base = SamplerSettings(target_accept=0.95, samples=700, jit_compile=False, gibbs=True)
-    else:
-        base = SamplerSettings(target_accept=0.99, samples=700, full_mass=True)
-    how = "NUTS within Gibbs" if gibbs else "NUTS on the marginal prior, dense mass"
-    how += ", sampled centered" if sampler.get("centered") else ""
-    note = f"hidden 1, tanh unit, {how}; {rows}"
-    settings = dataclasses.replace(base, **sampler)
-    return _nuts(name, model, data, note, hidden=(1,), sampler=settings, options=_TANH)
-
-
-def _gauss_tanh(name: str, data: DataSpec, rows: str, target_accept: float = 0.95) -> ReferenceInstance:
-    """A ``gauss-*-tanh`` instance: the published Gaussian prior (``MFVI_UNSCALED``) on 3 tanh units."""
-    return _tanh_net(name, "mfvi-bnn", data, rows, MFVI_UNSCALED, target_accept)
 
 
 INSTANCES: dict[str, ReferenceInstance] = {
