@@ -26,6 +26,7 @@ from pyro.nn import PyroModule
 from torch import Tensor
 
 from zoo.core.meta import PyroModuleABCMeta
+from zoo.core.model import BayesianModel
 
 __all__ = ["ClosedFormGuide"]
 
@@ -36,7 +37,9 @@ class ClosedFormGuide(PyroModule, metaclass=PyroModuleABCMeta):
     uses_gradients: bool = True
 
     @abc.abstractmethod
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         """Set the closed-form factors to their optimum given everything else (under ``no_grad``)."""
 
     def closed_form_begin(self) -> None:
@@ -44,14 +47,14 @@ class ClosedFormGuide(PyroModule, metaclass=PyroModuleABCMeta):
         :meth:`closed_form_finalize` set for prediction, so that a resumed fit trains exactly as an
         uninterrupted one.  Default: nothing."""
 
-    def closed_form_finalize(self, model, x: Tensor, y: Tensor | None) -> None:
+    def closed_form_finalize(self, model: BayesianModel, x: Tensor, y: Tensor | None) -> None:
         """Called once by :func:`zoo.infer.loop.run_steps` after its last step, under ``no_grad``, with all
         rows (not in a data-parallel fit, whose ranks hold shards): a last exact update, for prediction, of
         the factors whose per-step update is stochastic.  It must leave the training state (and the random
         stream) as it found them.  Default: nothing."""
 
     def closed_form_elbo(
-        self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
     ) -> float | None:
         """The exact ELBO at the current variational parameters, or ``None`` if not available."""
         return None

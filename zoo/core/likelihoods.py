@@ -14,6 +14,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule
+from pyro.poutine import Trace
 from torch import Tensor
 
 from zoo.core.meta import PyroModuleABCMeta
@@ -72,7 +73,7 @@ class Likelihood(PyroModule, metaclass=PyroModuleABCMeta):
     def sample_latents(self) -> dict[str, Tensor]:
         return {}
 
-    def latents_from_trace(self, trace) -> dict[str, Tensor]:
+    def latents_from_trace(self, trace: Trace) -> dict[str, Tensor]:
         """Recover :meth:`sample_latents`' dictionary from a model trace (used by prediction)."""
         return {}
 
@@ -211,7 +212,7 @@ class GaussianLikelihood(Likelihood):
             return {"sigma2": 1.0 / pyro.sample("precision", self.noise_prior())}
         return {"sigma2": self.scale**2}
 
-    def latents_from_trace(self, trace) -> dict[str, Tensor]:
+    def latents_from_trace(self, trace: Trace) -> dict[str, Tensor]:
         if self.noise == "inverse_gamma":
             return {"sigma2": trace.nodes["sigma2"]["value"]}
         if self.noise == "gamma":

@@ -11,9 +11,11 @@ Nothing overrides Pyro's private ``_get_trace``.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from pyro.infer import Trace_ELBO
+from torch import Tensor
 
 __all__ = ["HandledELBO"]
 
@@ -31,18 +33,18 @@ class HandledELBO(Trace_ELBO):
             raise ValueError("vectorize_particles: not supported by a handled ELBO (one draw per pass)")
         super().__init__(num_particles=num_particles, **kwargs)
 
-    def handler(self, model, guide) -> contextlib.AbstractContextManager:
+    def handler(self, model: Callable, guide: Callable) -> contextlib.AbstractContextManager:
         """The context both model and guide run in; the default changes nothing."""
         return contextlib.nullcontext()
 
-    def loss(self, model, guide, *args, **kwargs) -> float:
+    def loss(self, model: Callable, guide: Callable, *args: Any, **kwargs: Any) -> float:
         with self.handler(model, guide):
             return super().loss(model, guide, *args, **kwargs)
 
-    def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
+    def loss_and_grads(self, model: Callable, guide: Callable, *args: Any, **kwargs: Any) -> float:
         with self.handler(model, guide):
             return super().loss_and_grads(model, guide, *args, **kwargs)
 
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def differentiable_loss(self, model: Callable, guide: Callable, *args: Any, **kwargs: Any) -> Tensor:
         with self.handler(model, guide):
             return super().differentiable_loss(model, guide, *args, **kwargs)

@@ -40,13 +40,14 @@ fixed point (:func:`weighted_noise_rate`) on one set of draws.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyro.poutine as poutine
 import torch
 from pyro.distributions.transforms import biject_to
 from torch import Tensor
 
+from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.model import BayesianModel
 
 __all__ = [
@@ -85,7 +86,12 @@ def _network_output(guide, model, x: Tensor, y: Tensor, subsample: Tensor | None
 
 
 def expected_squared_error(
-    guide, model, x: Tensor, y: Tensor, subsample: Tensor | None, precision: Tensor | float | None = None
+    guide: Callable,
+    model: BayesianModel,
+    x: Tensor,
+    y: Tensor,
+    subsample: Tensor | None,
+    precision: Tensor | float | None = None,
 ) -> Tensor:
     """One-draw unbiased estimate of ``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` (each term times ``exp(-g_n)``
     under a heteroscedastic likelihood) over all ``N`` rows: the
@@ -99,7 +105,7 @@ def expected_squared_error(
     return sse * (x.shape[0] / f.shape[0])
 
 
-def final_squared_error(guide, model, x: Tensor, y: Tensor, draws: int) -> float:
+def final_squared_error(guide: Callable, model: BayesianModel, x: Tensor, y: Tensor, draws: int) -> float:
     """``E_q(W)[sum_n ||y_n - f(W, x_n)||^2]`` on all rows, averaged over ``draws`` weight-space draws from a
     forked random stream (the training stream stays as it was): the ``S`` of a coordinate update of the
     noise after the last step."""
@@ -108,7 +114,7 @@ def final_squared_error(guide, model, x: Tensor, y: Tensor, draws: int) -> float
         return float(sum(expected_squared_error(guide, model, x, y, None) for _ in range(draws))) / draws
 
 
-def residual_draws(guide, model, x: Tensor, y: Tensor, draws: int) -> Tensor:
+def residual_draws(guide: Callable, model: BayesianModel, x: Tensor, y: Tensor, draws: int) -> Tensor:
     """The squared residuals ``z`` (:meth:`~zoo.core.likelihoods.GaussianLikelihood.squared_residuals`) on
     all rows under ``draws`` weight-space draws from a forked random stream, stacked:
     ``(draws, *y.shape)``."""
@@ -119,7 +125,9 @@ def residual_draws(guide, model, x: Tensor, y: Tensor, draws: int) -> Tensor:
     return torch.stack(z)
 
 
-def weighted_noise_rate(likelihood, z: Tensor, a: float, b0: float, b: float, tol: float = 1e-10) -> float:
+def weighted_noise_rate(
+    likelihood: GaussianLikelihood, z: Tensor, a: float, b0: float, b: float, tol: float = 1e-10
+) -> float:
     """The rate ``b*`` of ``q(precision) = Gamma(a, b*)`` that solves ``b* = b0 + mean_d sum w(a / b*) z / 2``
     for the squared-residual draws ``z`` of :func:`residual_draws` (their first axis), with the weights
     ``w`` of ``likelihood.noise_weights`` at ``E[precision] = a / b*``; iterated from ``b`` to a relative
@@ -137,7 +145,14 @@ def weighted_noise_rate(likelihood, z: Tensor, a: float, b0: float, b: float, to
 
 
 def final_noise_sse(
-    guide, model, x: Tensor, y: Tensor, draws: int, a: float, b0: float, b_start: float | None = None
+    guide: Callable,
+    model: BayesianModel,
+    x: Tensor,
+    y: Tensor,
+    draws: int,
+    a: float,
+    b0: float,
+    b_start: float | None = None,
 ) -> float:
     """The ``S`` of the exact noise update after the last step, from ``draws`` weight-space draws on all rows:
     :func:`final_squared_error` for a Gaussian likelihood; for a Student-t the weighted sum at the fixed point
@@ -177,7 +192,9 @@ def _factors(guide, site: str) -> Iterator[tuple[torch.nn.Module, str, torch.nn.
             yield m, "noise_loc", m, "noise_scale"
 
 
-def lognormal_noise_factor(guide, model) -> tuple[torch.nn.Module, str, torch.nn.Module, str] | None:
+def lognormal_noise_factor(
+    guide: object, model: torch.nn.Module
+) -> tuple[torch.nn.Module, str, torch.nn.Module, str] | None:
     """The one log-normal factor of ``model``'s noise site in ``guide`` (see :func:`_factors`), or ``None``
     (no learned Gaussian noise, another family of factor, or more than one candidate)."""
     found = _noise_site(model)
@@ -213,7 +230,9 @@ def _set(module: torch.nn.Module, name: str, value: float) -> None:
         raw.copy_(biject_to(constraint).inv(torch.as_tensor(value, dtype=raw.dtype, device=raw.device)))
 
 
-def refit_noise(guide, model, x: Tensor, y: Tensor | None, draws: int = NOISE_REFIT_DRAWS) -> dict | None:
+def refit_noise(
+    guide: Callable, model: torch.nn.Module, x: Tensor, y: Tensor | None, draws: int = NOISE_REFIT_DRAWS
+) -> dict | None:
     """Set ``guide``'s log-normal noise factor to its optimum given ``q(W)`` (module docstring) from
     ``draws`` weight-space draws on all rows.  Returns ``{"loc", "scale"}``: the unconstrained training
     values it replaced, as plain lists (for :func:`restore_training_noise` and checkpoints), or ``None``
@@ -231,7 +250,7 @@ def refit_noise(guide, model, x: Tensor, y: Tensor | None, draws: int = NOISE_RE
     return old
 
 
-def restore_training_noise(guide, model, saved: dict) -> None:
+def restore_training_noise(guide: object, model: torch.nn.Module, saved: dict) -> None:
     """Put back, bit for bit, the training values :func:`refit_noise` returned."""
     factor = lognormal_noise_factor(guide, model)
     if factor is None:
