@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -61,7 +62,9 @@ def _prior_label(model) -> str:
     return type(prior).__name__
 
 
-def require_prior(model, name: str, guide_cls: type | str, needs: tuple[type, ...], what: str = "") -> None:
+def require_prior(
+    model: object, name: str, guide_cls: type | str, needs: tuple[type, ...], what: str = ""
+) -> None:
     """Raise :class:`IncompatiblePriorError` unless ``model.prior`` is an instance of one of ``needs``.
 
     The message names the guide (registry ``name`` and class) and the prior, e.g. ``guide 'structured'
@@ -72,7 +75,7 @@ def require_prior(model, name: str, guide_cls: type | str, needs: tuple[type, ..
     raise incompatible(model, name, guide_cls, what or "a " + " or a ".join(c.__name__ for c in needs))
 
 
-def incompatible(model, name: str, guide_cls: type | str, what: str) -> IncompatiblePriorError:
+def incompatible(model: object, name: str, guide_cls: type | str, what: str) -> IncompatiblePriorError:
     """The :class:`IncompatiblePriorError` of guide ``name`` (class ``guide_cls``) on ``model``."""
     cls = guide_cls if isinstance(guide_cls, str) else guide_cls.__name__
     return IncompatiblePriorError(
@@ -93,7 +96,7 @@ def is_discrete_site(site: dict) -> bool:
     )
 
 
-def latent_sites(model) -> dict[str, dict]:
+def latent_sites(model: Callable[..., Any]) -> dict[str, dict]:
     """The latent sample sites of a zoo model (name -> trace site), from one dummy trace on two zero
     inputs with no data term, inside a private parameter-store scope and RNG fork (nothing global
     changes).  Non-zoo models (no ``architecture``) are not traced: ``{}``."""
@@ -114,7 +117,7 @@ def latent_sites(model) -> dict[str, dict]:
     }
 
 
-def discrete_latent_sites(model) -> list[str]:
+def discrete_latent_sites(model: Callable[..., Any]) -> list[str]:
     """The discrete latent sites of a zoo model (see :func:`latent_sites`)."""
     return [name for name, site in latent_sites(model).items() if is_discrete_site(site)]
 
@@ -171,7 +174,7 @@ class AutoIAFNormal(autoguide.AutoContinuous):
     def get_base_dist(self) -> dist.Distribution:
         return dist.Normal(self.loc, self.scale).to_event(1)
 
-    def get_transform(self, *args, **kwargs):
+    def get_transform(self, *args: Any, **kwargs: Any) -> ComposeTransformModule:
         return self.flow
 
 
@@ -224,7 +227,9 @@ AUTOGUIDES: dict[str, Callable] = {
 }
 
 
-def make_autoguide(name: str, model, init_scale: float = 1e-2, **kwargs):
+def make_autoguide(
+    name: str, model: Callable[..., Any], init_scale: float = 1e-2, **kwargs: Any
+) -> autoguide.AutoGuide:
     """Build the autoguide ``name`` (one of :data:`AUTOGUIDES`) for ``model``.
 
     A zoo model with a discrete latent site is refused (:class:`IncompatiblePriorError`): an autoguide
@@ -251,7 +256,7 @@ def autoguide_factory(name: str) -> Callable:
     if name not in AUTOGUIDES:
         raise ValueError(f"guide must be one of {sorted(AUTOGUIDES)}, got {name!r}")
 
-    def factory(model, **options):
+    def factory(model: Callable[..., Any], **options: Any) -> autoguide.AutoGuide:
         return make_autoguide(name, model, **options)
 
     factory.__doc__ = f"The {name!r} autoguide ({AUTOGUIDES[name].__name__}) with the zoo's initialization."

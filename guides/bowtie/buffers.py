@@ -132,7 +132,7 @@ class BowtieGuideState(ClosedFormGuide):
         return self.train_locals if same else None
 
     # ------------------------------------------------------------------ data parallelism
-    def shard_rows(self, model, x: Tensor, y: Tensor, rows: slice) -> None:
+    def shard_rows(self, model: BowtieModel, x: Tensor, y: Tensor, rows: slice) -> None:
         """Keep the training locals of ``rows`` only (one rank of a data-parallel full-batch fit,
         :mod:`zoo.infer.distributed`), initializing on all ``N`` rows first if the guide holds no locals of
         them — the same random initialization as a single-process fit."""

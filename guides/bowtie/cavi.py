@@ -126,7 +126,9 @@ class BowtieCAVIGuide(BowtieGuideState):
         model.prior.set_glob_delta(delta.to(model.prior.delta_glob.dtype), self.num_hidden)
 
     # ------------------------------------------------------------------ CAVI (Algorithm 1)
-    def sweep(self, model, x: Tensor, y: Tensor, callback: Callable[[str], None] | None = None) -> None:
+    def sweep(
+        self, model: BowtieModel, x: Tensor, y: Tensor, callback: Callable[[str], None] | None = None
+    ) -> None:
         """One CAVI sweep in the order of Algorithm 1; ``callback(name)`` runs after every factor update."""
         cb = callback if callback is not None else (lambda name: None)
         x, y = as_float64(x, y)
@@ -159,14 +161,14 @@ class BowtieCAVIGuide(BowtieGuideState):
             self._em_step(model)
             cb("em")
 
-    def elbo(self, model, x: Tensor, y: Tensor) -> float:
+    def elbo(self, model: BowtieModel, x: Tensor, y: Tensor) -> float:
         """The exact ELBO (App. B) at the current parameters, in nats (sum over data, full KL)."""
         x, y = as_float64(x, y)
         hyp, g, loc = Hyper.from_model(model), self.q, self.train_locals
         local = data_sum(local_elbo(hyp, g, loc, forward_moments(x, loc), y).sum())
         return float(global_elbo(hyp, g) + local)
 
-    def initialize(self, model, x: Tensor, y: Tensor) -> None:
+    def initialize(self, model: BowtieModel, x: Tensor, y: Tensor) -> None:
         """Data-driven random initialization (Algorithm 3, App. D.1; :mod:`guides.bowtie.init`)."""
         model.resolve_data_priors(x, y)
         x, y = as_float64(x, y)
@@ -179,7 +181,9 @@ class BowtieCAVIGuide(BowtieGuideState):
         self._train_x = x
 
     # ------------------------------------------------------------------ ClosedFormGuide API
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BowtieModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         """One CAVI sweep (full batch), or one SVI iteration of §3.3 on the minibatch ``subsample``."""
         if y is None:
             raise ValueError("y is required for a closed-form update")
@@ -191,7 +195,7 @@ class BowtieCAVIGuide(BowtieGuideState):
         self.sweep(model, x, y)
         self._train_x = x.to(F64)
 
-    def svi_update(self, model, x: Tensor, y: Tensor, subsample: Tensor) -> float:
+    def svi_update(self, model: BowtieModel, x: Tensor, y: Tensor, subsample: Tensor) -> float:
         """One stochastic-VI iteration (§3.3, App. C): forward-pass locals of the minibatch, exact
         ``tau``/``psi`` updates, local CAVI on the minibatch until its ELBO converges, intermediate globals
         from Eqs. (15)–(16) with sums scaled by ``N/|S|``, blended with step ``l_t = (2 + t)^{-kappa}``
@@ -222,7 +226,7 @@ class BowtieCAVIGuide(BowtieGuideState):
         self._svi_elbo = float(global_elbo(hyp, g) + scale * data_sum(local_elbo(hyp, g, loc, mom, yb).sum()))
         return self._svi_elbo
 
-    def refresh_locals(self, model, x: Tensor, y: Tensor) -> float:
+    def refresh_locals(self, model: BowtieModel, x: Tensor, y: Tensor) -> float:
         """Refit and store the training locals with the globals fixed (local CAVI with the ``y`` term, from
         the forward-pass initialization) — after SVI, whose locals live only per minibatch.  Returns the
         ELBO."""
@@ -234,13 +238,15 @@ class BowtieCAVIGuide(BowtieGuideState):
         self._train_x = x
         return self.elbo(model, x, y)
 
-    def closed_form_elbo(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> float:
+    def closed_form_elbo(
+        self, model: BowtieModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> float:
         if subsample is not None and self._svi_elbo is not None:
             return self._svi_elbo
         return self.elbo(model, x, y)
 
     # ------------------------------------------------------------------ prediction (§3.4–3.5)
-    def fit_locals(self, model, x: Tensor) -> tuple[Locals, Moments, dict]:
+    def fit_locals(self, model: BowtieModel, x: Tensor) -> tuple[Locals, Moments, dict]:
         """Test-point ``q(a_*), q(gamma_*), q(omega_*)`` with the globals fixed (Eqs. 23–24, Eq. 19 without
         the ``y`` term) from the deterministic forward pass, until the prediction ELBO (App. B.2) changes by
         less than ``predict_tol`` relatively (at most ``predict_max_iters`` sweeps)."""
@@ -253,7 +259,7 @@ class BowtieCAVIGuide(BowtieGuideState):
         return loc, forward_moments(x, loc), {"predict_iters": it, "predict_elbo": cur}
 
     def predictive(
-        self, model, x: Tensor, num_samples: int = 100, mask: dict[str, Tensor] | None = None
+        self, model: BowtieModel, x: Tensor, num_samples: int = 100, mask: dict[str, Tensor] | None = None
     ) -> Predictions:
         """Closed-form predictive mean (Eq. 26) and variance, plus ``num_samples`` Monte Carlo draws (Eq. 25).
         ``mask`` (e.g. ``sparsity_report(model).masks``): predict with the pruned network (:meth:`pruned`),
@@ -269,7 +275,7 @@ class BowtieCAVIGuide(BowtieGuideState):
         values = {"mean": mean, "var": var, "loc": locs, "scale": scales, "samples": samples}
         return as_predictions(values, x.dtype, self.widths[-1] == 1, info)
 
-    def sparsity_report(self, model, alpha: float = 0.01) -> SparsityReport:
+    def sparsity_report(self, model: BowtieModel, alpha: float = 0.01) -> SparsityReport:
         """Bayesian-FDR edge selection at level ``alpha`` (0.01 in the paper) and iterated node pruning (§3.4,
         :mod:`guides.bowtie.pruning`)."""
         g = self.q

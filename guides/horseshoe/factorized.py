@@ -51,6 +51,7 @@ from guides.horseshoe.noise import NOISE_UPDATES, HorseshoeNoiseMixin
 from guides.horseshoe.pruning import HorseshoePruningMixin
 from zoo.core.guide import ClosedFormGuide
 from zoo.core.likelihoods import GaussianLikelihood
+from zoo.core.model import BayesianModel
 from zoo.families.horseshoe.prior import HorseshoePrior, HSLayer, group_layers
 from zoo.ops.transforms import inv_softplus
 
@@ -256,7 +257,9 @@ class HorseshoeGuide(
             return
         self._rows_sampled(i, layer, pyro.sample(site, self._rows_distribution(i, layer, tau2)))
 
-    def forward(self, x: Tensor | None = None, y: Tensor | None = None, subsample: Tensor | None = None):
+    def forward(
+        self, x: Tensor | None = None, y: Tensor | None = None, subsample: Tensor | None = None
+    ) -> None:
         """Weight-space draw of every site of the prior (and the noise); in LRT mode the scales and the
         pre-activation noise, with point values for the rest and the analytic terms as a factor
         (:mod:`guides.horseshoe.lrt`)."""
@@ -287,7 +290,9 @@ class HorseshoeGuide(
                 mu, var = self._lognormal(f"l{i}_v")
                 getattr(self, f"l{i}_theta_rate").copy_(auxiliary_rate(mu, var, self.bg))
 
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         """Called by :func:`zoo.infer.loop.fit` after each gradient step: the fixed-point updates of the
         auxiliaries and the natural-gradient step on the noise (:mod:`guides.horseshoe.noise`)."""
         self.update_auxiliaries()

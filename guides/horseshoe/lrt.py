@@ -40,6 +40,8 @@ MLP architectures only; a guide with ``supports_lrt = False`` (the z-flow guide)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -47,6 +49,7 @@ from pyro import poutine
 from torch import Tensor
 
 from zoo.core.architectures import MLP
+from zoo.core.model import BayesianModel
 from zoo.families.horseshoe.prior import regularized_variance
 from zoo.infer.elbo import HandledELBO
 from zoo.ops.local_reparam import LocalReparameterization
@@ -81,7 +84,7 @@ class HorseshoeLRTMixin:
         """True while a :class:`HorseshoeLRTMessenger` for this guide is active."""
         return self._lrt_run is not None
 
-    def check_lrt(self, model) -> None:
+    def check_lrt(self, model: BayesianModel) -> None:
         """Raise unless :class:`HorseshoeLRTELBO` can train this guide on ``model``."""
         if not self.supports_lrt:
             raise ValueError(
@@ -164,7 +167,7 @@ class HorseshoeLRTMixin:
         mean, var = self.lrt_moments(i, a, s.get("tau2"), s.get("v2"), run.get("c2"), s.get("kappa2"))
         return mean + torch.sqrt(var + LRT_JITTER) * s["eps"]
 
-    def lrt_forward(self, model, x: Tensor) -> tuple[Tensor, dict]:
+    def lrt_forward(self, model: BayesianModel, x: Tensor) -> tuple[Tensor, dict]:
         """One local-reparameterization draw of the network output ``f`` ``(N, out)`` and the likelihood
         latents, by the estimator's own mechanism: the guide, then the model, inside a
         :class:`HorseshoeLRTMessenger` (no sample sites leak to outer handlers)."""
@@ -213,7 +216,7 @@ class HorseshoeLRTELBO(HandledELBO):
     def __init__(self, num_particles: int = 1) -> None:
         super().__init__(num_particles=num_particles, max_plate_nesting=1)
 
-    def handler(self, model, guide) -> HorseshoeLRTMessenger:
+    def handler(self, model: Callable, guide: Callable) -> HorseshoeLRTMessenger:
         if not isinstance(guide, HorseshoeLRTMixin):
             raise TypeError(f"guide must be a HorseshoeGuide, got {type(guide).__name__}")
         return HorseshoeLRTMessenger(guide, model)

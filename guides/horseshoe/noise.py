@@ -43,6 +43,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroParam
 from torch import Tensor
 
+from zoo.core.model import BayesianModel
 from zoo.infer.noise import expected_squared_error, final_noise_sse
 from zoo.ops.transforms import inv_softplus
 
@@ -100,7 +101,7 @@ class HorseshoeNoiseMixin:
         """``rho_t`` of the next natural-gradient noise update (1 for the first)."""
         return float((self.noise_steps + 1.0) ** -NOISE_STEP_POWER)
 
-    def closed_form_finalize(self, model, x: Tensor, y: Tensor | None) -> None:
+    def closed_form_finalize(self, model: BayesianModel, x: Tensor, y: Tensor | None) -> None:
         """The exact coordinate update of ``q(gamma)`` at the final weights (module docstring); a no-op
         unless the natural-gradient update is in use and ``y`` is given."""
         if self.noise != "gamma" or self.noise_update != "natural" or y is None:
@@ -117,7 +118,9 @@ class HorseshoeNoiseMixin:
         if self.noise == "gamma" and self.noise_update == "natural":
             self.noise_final.fill_(0.0)
 
-    def update_noise(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def update_noise(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         """The natural-gradient step on ``q(gamma)`` (module docstring); a no-op unless the noise is a
         ``"gamma"`` precision with ``noise_update == "natural"`` and ``y`` is given."""
         if self.noise != "gamma" or self.noise_update != "natural" or y is None:

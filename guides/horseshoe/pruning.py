@@ -15,6 +15,7 @@ from torch import Tensor
 
 from guides.horseshoe.closed_forms import prune_probability
 from zoo.core.architectures import MLP
+from zoo.core.model import BayesianModel
 from zoo.core.sparsity import SparsityReport
 from zoo.families.horseshoe.prior import HSLayer, regularized_variance
 
@@ -79,7 +80,9 @@ class HorseshoePruningMixin:
             out[p] = rows.reshape(num_samples, layer.units, layer.fan)
         return out
 
-    def posterior_mean_params(self, model, num_samples: int = 1000, seed: int = 0) -> dict[str, Tensor]:
+    def posterior_mean_params(
+        self, model: BayesianModel, num_samples: int = 1000, seed: int = 0
+    ) -> dict[str, Tensor]:
         """``E_q[w]`` for every architecture parameter, ``{spec.name: tensor}``."""
         rows = self.mean_rows(num_samples, seed)
         out: dict[str, Tensor] = {}
@@ -88,7 +91,7 @@ class HorseshoePruningMixin:
         return out
 
     def sparsity_report(
-        self, model, delta: float = 1e-3, p0: float = 0.9, num_samples: int = 200
+        self, model: BayesianModel, delta: float = 1e-3, p0: float = 0.9, num_samples: int = 200
     ) -> SparsityReport:
         """Prune unit ``k`` of hidden layer ``l`` when ``P(tau_kl v_l < delta) > p0`` (§4.3; defaults
         ``delta = 1e-3``, ``p0 = 0.9``).
@@ -148,7 +151,7 @@ def _layer_masks(layer: HSLayer, keep: Tensor, prev_keep: Tensor | None) -> dict
 
 
 def prune_network(
-    model, params: Mapping[str, Tensor], report: SparsityReport
+    model: BayesianModel, params: Mapping[str, Tensor], report: SparsityReport
 ) -> tuple[MLP, dict[str, Tensor]]:
     """A smaller dense :class:`~zoo.core.architectures.MLP` without the pruned units: deletes the pruned rows
     of ``W_l`` / ``b_l`` and the matching columns of ``W_{l+1}``.  ``params`` are point values (e.g.

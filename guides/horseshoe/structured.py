@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from guides.horseshoe.factorized import HorseshoeGuide
+from zoo.core.model import BayesianModel
 from zoo.families.horseshoe.prior import HSLayer
 from zoo.ops.expectations import LOG_2PI
 
@@ -166,7 +167,9 @@ class StructuredHorseshoeGuide(HorseshoeGuide):
                 raw.clamp_(min=math.log(variance_floor(raw.dtype)))
             project_unit_ball_(getattr(self, f"l{i}_h_unconstrained"))
 
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         """Algorithm 1 after each Adam step: unit-ball projection, then the fixed-point updates (and the
         natural-gradient noise step of :mod:`guides.horseshoe.noise`)."""
         self.project()

@@ -264,7 +264,9 @@ class LBBNNGuide(LBBNNPredictionMixin, ClosedFormGuide):
 
     # -- stage hook (called by zoo.infer.loop after every gradient step) -------------------------------
 
-    def closed_form_update(self, model, x: Tensor, y: Tensor | None, subsample: Tensor | None = None) -> None:
+    def closed_form_update(
+        self, model: BayesianModel, x: Tensor, y: Tensor | None, subsample: Tensor | None = None
+    ) -> None:
         """Count steps and end the empirical-Bayes stage after ``prior.eb_steps`` steps (Algorithm 1) or
         once the prior's early-stop rule fires (:meth:`SpikeSlabPrior.eb_stage_over`)."""
         self.step += 1
@@ -286,7 +288,7 @@ class LBBNNGuide(LBBNNPredictionMixin, ClosedFormGuide):
         with pyro.get_param_store().scope():
             return {s.name: self.expected_inclusion(g, s).detach() for g, s in enumerate(self._wspecs)}
 
-    def sparsity_report(self, model=None, threshold: float = 0.5) -> SparsityReport:
+    def sparsity_report(self, model: BayesianModel | None = None, threshold: float = 0.5) -> SparsityReport:
         """Median-probability-model masks ``E α > threshold`` (§4.3) with mean inclusion per layer."""
         probs = self.inclusion_probs()
         masks = {k: v > threshold for k, v in probs.items()}

@@ -8,6 +8,8 @@ Bernoulli prior is registered with :func:`torch.distributions.kl.register_kl`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
@@ -43,12 +45,14 @@ class InclusionConcrete(TorchDistribution):
         self.straight_through = bool(straight_through)
         super().__init__(logits.shape, validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(
+        self, batch_shape: Sequence[int], _instance: InclusionConcrete | None = None
+    ) -> InclusionConcrete:
         return InclusionConcrete(
             self.logits.expand(torch.Size(batch_shape)), self.temperature, self.straight_through
         )
 
-    def rsample(self, sample_shape=_EMPTY) -> Tensor:
+    def rsample(self, sample_shape: torch.Size = _EMPTY) -> Tensor:
         shape = self._extended_shape(sample_shape)
         tiny = torch.finfo(self.logits.dtype).tiny
         u = torch.rand(shape, dtype=self.logits.dtype, device=self.logits.device).clamp(tiny, 1 - 1e-7)
@@ -85,13 +89,15 @@ class SlabGivenInclusion(TorchDistribution):
         )
         super().__init__(self.loc.shape, validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(
+        self, batch_shape: Sequence[int], _instance: SlabGivenInclusion | None = None
+    ) -> SlabGivenInclusion:
         s = torch.Size(batch_shape)
         return SlabGivenInclusion(
             self.gamma.expand(s), self.loc.expand(s), self.scale.expand(s), self.prior_scale.expand(s)
         )
 
-    def rsample(self, sample_shape=_EMPTY) -> Tensor:
+    def rsample(self, sample_shape: torch.Size = _EMPTY) -> Tensor:
         shape = self._extended_shape(sample_shape)
         eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + self.scale * eps

@@ -10,7 +10,7 @@ cancels: it masks the model's scores of those sites and asks the guide to add th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyro.poutine.messenger import Messenger
@@ -53,7 +53,7 @@ class ClosedFormKL_ELBO(HandledELBO):
         kwargs.setdefault("max_plate_nesting", float("inf"))
         super().__init__(num_particles=num_particles, **kwargs)
 
-    def handler(self, model, guide) -> contextlib.AbstractContextManager:
+    def handler(self, model: Callable, guide: Callable) -> contextlib.AbstractContextManager:
         sites = getattr(guide, "closed_form_sites", None)
         names = sites() if callable(sites) else frozenset()
         if not names:

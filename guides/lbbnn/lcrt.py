@@ -45,6 +45,9 @@ guide's ``default_loss()``) does too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -154,7 +157,7 @@ class LCRT_ELBO(HandledELBO):
     def __init__(self, num_particles: int = 1) -> None:
         super().__init__(num_particles=num_particles, max_plate_nesting=1)
 
-    def handler(self, model, guide) -> LCRTMessenger:
+    def handler(self, model: Callable, guide: Callable) -> LCRTMessenger:
         if not isinstance(model, BayesianModel):
             raise TypeError(f"model must be a zoo BayesianModel, got {type(model).__name__}")
         return LCRTMessenger(guide, model.architecture)
@@ -282,7 +285,13 @@ class LCRTLBBNNGuide(LCRTLinearMixin, MeanFieldLBBNNGuide):
 
 
 def fit_lcrt(
-    model: BayesianModel, guide, x: Tensor, y: Tensor, *, num_particles: int = 1, **fit_kwargs
+    model: BayesianModel,
+    guide: LCRTLinearMixin,
+    x: Tensor,
+    y: Tensor,
+    *,
+    num_particles: int = 1,
+    **fit_kwargs: Any,
 ) -> FitResult:
     """:func:`zoo.infer.loop.fit` with ``loss=LCRT_ELBO(num_particles)`` (pre-activations sampled)."""
     if "loss" in fit_kwargs:

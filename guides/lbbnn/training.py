@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from numbers import Number
+from typing import Any
 
 import pyro.optim
 import torch
@@ -88,7 +89,7 @@ def stage_optimizer(
         if not (isinstance(v, Number) and v >= 0):
             raise ValueError(f"lrs[{k!r}] must be a non-negative number, got {v!r}")
 
-    def args(module_name, param_name=None):
+    def args(module_name: str, param_name: str | None = None) -> dict[str, Any]:
         name = param_name if param_name is not None else module_name
         group = param_group(str(name))
         if group not in table:
@@ -159,7 +160,7 @@ def fit_lbbnn(
 
 def fit_lbbnn_staged(
     model: BayesianModel,
-    guide,
+    guide: LBBNNGuide,
     x: Tensor,
     y: Tensor,
     *,
@@ -168,7 +169,7 @@ def fit_lbbnn_staged(
     optimizer: str | None = None,
     stage_lrs: str | Mapping[str, Mapping[str, float]] | None = None,
     pretrain_steps: int | None = None,
-    **fit_kwargs,
+    **fit_kwargs: Any,
 ) -> FitResult:
     """The ``lbbnn`` registry entry's fit function (``zoo.experiments.runs.fit_on_dataset`` passes
     ``fit_options``).
