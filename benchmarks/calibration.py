@@ -47,8 +47,8 @@ give back was made by other code.  It writes nothing and exits with status 1 whe
 than ``--tolerance`` (relative).
 
 Every finished fit is journaled to ``OUT/calibration.partial.jsonl`` so an interrupted run resumes; the
-summary goes to ``OUT/calibration.{json,md,png}``, over the rows already committed there (rows a run redoes
-are replaced, the others kept).
+summary goes to ``OUT/calibration.{json,md,png}`` (:mod:`_calibration_report`), over the rows already
+committed there (rows a run redoes are replaced, the others kept).
 
 Usage::
 
@@ -64,46 +64,32 @@ import json
 import logging
 import os
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _calibration_choice import choice_summary, choice_table
 from _calibration_figure import reliability_figure
 from _calibration_holdout import (
     conformal_fields,
-    conformal_table,
     heldout_factors,
     holdout_dataset,
-    holdout_table,
+    holdout_table,  # noqa: F401 (read from this script, as before the report moved to _calibration_report)
     noise_factor,
     scale_noise,
 )
-from _calibration_shape import shape_table
-from _calibration_target import DATASET_ORDER, DATASETS, TARGET_SPLITS, default_labels, target_table
+from _calibration_report import (
+    LEVELS,
+    OPTIONAL,  # noqa: F401 (defined here until the report moved to _calibration_report)
+    journal_rows,
+    markdown,
+    merged_rows,
+    summarize,
+)
+from _calibration_target import DATASETS, TARGET_SPLITS
 from _calibration_verify import committed_rows, refit_arguments, verify
 
-LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 MODELS = ("mfvi-bnn", "hs-bnn:factorized", "cm-bnn")
-#: row fields added after the first rows were committed (the summary has ``None`` where a split lacks one)
-OPTIONAL = (
-    "train_spread",
-    "mse_ratio",
-    "noise_scale",
-    "coverage95_unscaled",
-    "nll_unscaled",
-    "predictive_scale",
-    "coverage95_predictive",
-    "nll_predictive",
-    "nll_mixture",
-    "conformal_quantile",
-    "coverage95_conformal",
-    "coverage95_conformal_full",
-    "nll_conformal",
-    "rmse_conformal",
-)
 #: the held-out rows of split ``k`` are drawn with seed ``HOLDOUT_SEED + k`` (``--holdout``)
 HOLDOUT_SEED = 1000
 
@@ -203,97 +189,6 @@ def fit_row(
         },
         "host": host(),
     }
-
-
-def _journal(path: Path) -> list[dict]:
-    from zoo.io import read_lines
-
-    return read_lines(path)
-
-
-def merged_rows(journal: Path, record: Path) -> list[dict]:
-    """The committed rows of ``record`` (``calibration.json``) with the journal's over them: a row the journal
-    redoes (same model label, dataset and split) is replaced, the others are kept — so a run on a fresh
-    checkout, or on other datasets, adds to the committed table instead of replacing it."""
-    old = json.loads(record.read_text()).get("rows", []) if record.exists() else []
-    new = _journal(journal)
-    key = lambda r: (r["model"], r["dataset"], r["split"])  # noqa: E731
-    redone = {key(r) for r in new}
-    return [r for r in old if key(r) not in redone] + list({key(r): r for r in new}.values())
-
-
-def summarize(rows: list[dict]) -> list[dict]:
-    """Mean over splits per (model, dataset): coverage per level, coverage95, NLL, RMSE, the two causes and
-    the fit time; ordered by model, then data set (:data:`DATASET_ORDER`)."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["model"], r["dataset"]), []).append(r)
-    rank = {d: i for i, d in enumerate(DATASET_ORDER)}
-    out = []
-    order = sorted(groups, key=lambda k: (k[0], rank.get(k[1], len(rank)), k[1]))
-    for model, ds in order:
-        rs = groups[(model, ds)]
-        entry = {"model": model, "dataset": ds, "splits": len(rs)}
-        for key in ("coverage95", "nll", "rmse", "noise_ratio", "epistemic_share", "fit_seconds"):
-            entry[key] = statistics.fmean(r[key] for r in rs)
-        entry["coverage95_sd"] = statistics.stdev(r["coverage95"] for r in rs) if len(rs) > 1 else None
-        for key in OPTIONAL:  # rows run before these diagnostics have none: the mean of all or nothing
-            entry[key] = statistics.fmean(r[key] for r in rs) if all(key in r for r in rs) else None
-        dfs = [r.get("df") for r in rs]  # a Student-t likelihood's (mean fitted) degrees of freedom
-        entry["df"] = statistics.fmean(dfs) if all(d is not None for d in dfs) else None
-        entry["coverage"] = {lv: statistics.fmean(r["coverage"][lv] for r in rs) for lv in rs[0]["coverage"]}
-        if entry["noise_scale"] is not None:  # --holdout rows record no noise_scale_rows
-            entry["noise_scale_rows"] = rs[0].get("noise_scale_rows", "held-out")
-        entry["choice"] = choice_summary(rs)  # rows that chose their likelihood by the ELBO, else None
-        out.append(entry)
-    return out
-
-
-def markdown(summary: list[dict], commands: list[str], target: list[dict] | None = None) -> str:
-    """The report; ``target`` is the summary over :data:`TARGET_SPLITS` (default: ``summary``)."""
-    lines = [
-        "# calibration",
-        "",
-        "Regression calibration of the registry defaults (one hidden layer of 50 units, UCI standard "
-        "splits): coverage of the central predictive intervals from the PIT of the mixture predictive, "
-        "the protocols' Gaussian 95 % coverage, and the two parts of the interval: `noise ratio` "
-        "(posterior mean noise variance / training MSE of the predictive mean) and `epistemic share` "
-        "(output spread over draws / predictive variance); where the noise ratio comes from: `train spread` "
-        "(output spread at the training inputs / training MSE; the noise ratio is about 1 + train spread) "
-        "and `MSE ratio` (test / training MSE of the predictive mean; an exact linear-Gaussian posterior "
-        "has MSE ratio about (1 + train spread)²), – for rows run before these two were recorded; and the "
-        "mean fit time (one thread).  Labels after "
-        "`+` are settings other than the defaults (the commands say which); the reliability diagram shows "
-        "the defaults.  See `benchmarks/calibration.py`.",
-        "",
-        *(target_table(summary) if target is None else target_table(target, summary)),
-        *shape_table(target or summary, default_labels(target or summary)),
-        *holdout_table(summary),
-        *conformal_table(summary),
-        *choice_table(summary),
-        "Commands (rows of every one are in the table):",
-        "",
-        *(f"* `{c}`" for c in commands),
-        "",
-        "| model | dataset | splits | "
-        + " | ".join(f"cov {lv}" for lv in LEVELS)
-        + " | coverage95 (Gauss) | "
-        "NLL | RMSE | noise ratio | epistemic share | train spread | MSE ratio | fit s |",
-        "|---|---|---|" + "---|" * len(LEVELS) + "---|---|---|---|---|---|---|---|",
-    ]
-    for e in summary:
-        cov = " | ".join(f"{e['coverage'][str(lv)]:.3f}" for lv in LEVELS)
-        lines.append(
-            f"| {e['model']} | {e['dataset']} | {e['splits']} | {cov} | {e['coverage95']:.3f} | "
-            f"{e['nll']:.3f} | {e['rmse']:.3g} | {e['noise_ratio']:.2f} | {e['epistemic_share']:.2f} | "
-            f"{_optional(e, 'train_spread')} | {_optional(e, 'mse_ratio')} | {e['fit_seconds']:.0f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _optional(entry: dict, key: str) -> str:
-    value = entry.get(key)
-    return "–" if value is None else f"{value:.2f}"
 
 
 def _verify(a: argparse.Namespace, p: argparse.ArgumentParser, summary_line) -> list[dict]:
@@ -397,7 +292,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "calibration.partial.jsonl"
     if not a.render_only:
-        done = {(r["model"], r["dataset"], r["split"]) for r in _journal(journal)}
+        done = {(r["model"], r["dataset"], r["split"]) for r in journal_rows(journal)}
         suffix = f"+{a.label}" if a.label else ""
         with open(journal, "a") as fh:
             for spec in a.models:
