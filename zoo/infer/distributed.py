@@ -59,6 +59,8 @@ from pyro import poutine
 from pyro.infer import SVI
 from torch import Tensor
 
+from zoo.infer.config import FitConfig
+
 __all__ = [
     "DistState",
     "DistributedSVI",
@@ -108,7 +110,7 @@ def default_nproc(nproc: int) -> Iterator[None]:
         _DEFAULT_NPROC = old
 
 
-def resolve_nproc(cfg):
+def resolve_nproc(cfg: FitConfig) -> FitConfig:
     """``cfg`` (a :class:`~zoo.infer.config.FitConfig`) with the :func:`default_nproc` of the caller when its
     own ``nproc`` is 1."""
     if cfg.nproc == 1 and _DEFAULT_NPROC > 1 and _STATE is None:

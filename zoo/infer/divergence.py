@@ -139,7 +139,7 @@ def check_collapse(state: dict, elbo: float, n: int) -> str | None:
 
 
 def step_error(
-    error: Exception, step: int, params: Iterable[tuple[str, Tensor]], model, guide
+    error: Exception, step: int, params: Iterable[tuple[str, Tensor]], model: torch.nn.Module, guide: object
 ) -> DivergenceError | None:
     """The :class:`DivergenceError` behind an exception raised inside step ``step``: a non-finite parameter
     or buffer, or a distribution that refused a NaN/infinite parameter (Pyro's validation); ``None`` when

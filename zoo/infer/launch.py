@@ -24,13 +24,17 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyro.optim
 import torch
 import torch.multiprocessing as mp
-from pyro.infer import SVI
+from pyro.infer import ELBO, SVI
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from zoo.core.guide import ClosedFormGuide
 from zoo.infer import distributed as D
+from zoo.infer.config import FitConfig
+from zoo.infer.result import FitResult
 
 __all__ = ["launch_fit", "launch_resume", "run_steps_distributed"]
 
@@ -148,7 +152,19 @@ def _load_back(folder: str, model, guide, optimizer, loss):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def launch_fit(model, guide, x, y, cfg, *, optimizer, loss, callbacks: Sequence, spec, fit_fn) -> Any:
+def launch_fit(
+    model: torch.nn.Module,
+    guide: Callable,
+    x: Tensor,
+    y: Tensor | None,
+    cfg: FitConfig,
+    *,
+    optimizer: pyro.optim.PyroOptim,
+    loss: ELBO | None,
+    callbacks: Sequence,
+    spec: dict | None,
+    fit_fn: Callable[..., FitResult],
+) -> FitResult:
     """``fit_fn`` (:func:`zoo.infer.loop.fit`) on ``cfg.nproc`` spawned ranks; returns rank 0's fit, loaded
     into ``model``/``guide`` (module docstring).  Everything is checked before any process starts."""
     D.check_data_parallel(guide, cfg.nproc)
@@ -180,7 +196,16 @@ def _fit_under_torchrun(model, guide, x, y, cfg, optimizer, loss, callbacks: Seq
         )  # fmt: skip
 
 
-def launch_resume(result, x, y, steps: int, *, progress: bool, callbacks: Sequence, resume_fn) -> Any:
+def launch_resume(
+    result: FitResult,
+    x: Tensor,
+    y: Tensor | None,
+    steps: int,
+    *,
+    progress: bool,
+    callbacks: Sequence,
+    resume_fn: Callable[..., FitResult],
+) -> FitResult:
     """``resume_fn`` (:func:`zoo.infer.loop.resume`) on ``result.config["nproc"]`` ranks; ``result`` is
     updated in place (and returned)."""
     from zoo.infer import checkpoint
@@ -236,8 +261,16 @@ def _closed_form(guide, model, data: tuple, local, sharded: bool) -> float | Non
 
 
 def run_steps_distributed(
-    result, x, y, steps: int, *, progress: bool, callbacks: Sequence, next_batch: Callable, record: Callable
-) -> Any:
+    result: FitResult,
+    x: Tensor,
+    y: Tensor | None,
+    steps: int,
+    *,
+    progress: bool,
+    callbacks: Sequence,
+    next_batch: Callable,
+    record: Callable,
+) -> FitResult:
     """:func:`zoo.infer.loop.run_steps` on one rank of a data-parallel group (module docstrings);
     ``next_batch``/``record``: the loop's batch drawing and ELBO bookkeeping."""
     import time

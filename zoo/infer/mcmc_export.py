@@ -23,7 +23,7 @@ import numpy as np
 from torch import Tensor
 
 from zoo.eval.diagnostics import site_dims  # the variational export's naming, shared
-from zoo.infer.predict import log_likelihood, predict
+from zoo.infer.predict import Predictions, log_likelihood, predict
 from zoo.infer.result import FitResult
 
 # a NUTS fit (zoo.infer.mcmc_result.NUTSResult, a FitResult); named by its base class here so that
@@ -220,7 +220,7 @@ def to_inference_data(
     return az.InferenceData(**groups)
 
 
-def all_draws_predict(result: NUTSResult, x: Tensor, **kwargs: Any):
+def all_draws_predict(result: NUTSResult, x: Tensor, **kwargs: Any) -> Predictions:
     """``predict`` over every posterior draw exactly once (in chain order)."""
     total = result.num_draws
     return predict(result, x, num_samples=total, **draw_chunks(result, total), **kwargs)

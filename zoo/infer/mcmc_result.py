@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyro
 import pyro.distributions as dist
@@ -28,6 +28,10 @@ from pyro.distributions import constraints
 from torch import Tensor
 
 from zoo.infer.result import FitResult
+
+if TYPE_CHECKING:
+    import arviz as az
+    from torch.nn.modules.module import _IncompatibleKeys
 
 __all__ = ["DrawIndex", "PosteriorDrawsGuide", "NUTSResult", "load_nuts"]
 
@@ -47,13 +51,13 @@ class DrawIndex(dist.TorchDistribution):
         super().__init__(torch.Size(batch_shape), validate_args=validate_args)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
-    def support(self):
+    def support(self) -> constraints.Constraint:
         return constraints.integer_interval(0, self.num_draws - 1)
 
-    def expand(self, batch_shape, _instance=None) -> DrawIndex:
+    def expand(self, batch_shape: Sequence[int], _instance: DrawIndex | None = None) -> DrawIndex:
         return DrawIndex(self.num_draws, torch.Size(batch_shape))
 
-    def sample(self, sample_shape=_EMPTY) -> Tensor:
+    def sample(self, sample_shape: torch.Size = _EMPTY) -> Tensor:
         shape = self._extended_shape(sample_shape)
         n, s = math.prod(shape), self.num_draws
         if n == s:
@@ -135,7 +139,9 @@ class PosteriorDrawsGuide(torch.nn.Module):
         if not isinstance(state, dict) or "names" not in state:
             raise ValueError("state_dict: not the state of a PosteriorDrawsGuide")
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> _IncompatibleKeys:
         """Restore the draws (any sites and shapes: the buffers are created from ``state_dict``)."""
         extra = state_dict.get("_extra_state")
         if not isinstance(extra, dict) or "names" not in extra:
@@ -173,7 +179,7 @@ class NUTSResult(FitResult):
 
     def to_inference_data(
         self, x: Tensor | None = None, y: Tensor | None = None, *, train: tuple | None = None, **kwargs: Any
-    ):
+    ) -> az.InferenceData:
         """ArviZ export with ``(chain, draw)`` dims (:func:`zoo.infer.mcmc_export.to_inference_data`)."""
         from zoo.infer.mcmc_export import to_inference_data
 
