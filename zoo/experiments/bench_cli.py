@@ -28,7 +28,7 @@ DEFAULT_AGAINST = ("mfvi-bnn", "hs-bnn", "lbbnn")
 OWN_SPLITS = (0, 1, 2, 3, 4)
 
 
-def add_bench_parser(sub) -> None:
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand to ``zoo``'s subparsers."""
     from zoo.experiments.cli_data import add_data_arguments
     from zoo.experiments.plugins import add_plugin_argument

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from zoo.experiments.cli_checks import RUN_FILES
 from zoo.experiments.cli_checks import check_build as _check_build
@@ -43,7 +44,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line on stderr (``zoo fit: error: argument --seed:
     ...; see zoo fit --help``) and exit code 2, without the usage block; subcommands inherit it."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 

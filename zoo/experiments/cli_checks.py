@@ -15,9 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from zoo.experiments.cli_common import parse_options as _parse_options
 from zoo.experiments.cli_common import parse_splits as _parse_splits
+
+if TYPE_CHECKING:
+    from zoo.core.model import BayesianModel
+    from zoo.data import Dataset
+    from zoo.experiments.config import RunConfig
 
 __all__ = [
     "RUN_FILES",
@@ -105,7 +112,7 @@ def check_out(parser: argparse.ArgumentParser, out: str, overwrite: bool) -> Non
         )
 
 
-def run_config(parser: argparse.ArgumentParser, a: argparse.Namespace):
+def run_config(parser: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
     """The run's :class:`~zoo.experiments.config.RunConfig`; a bad value is a usage error naming its flag."""
     from zoo.experiments.config import RunConfig
 
@@ -141,7 +148,7 @@ def _choice_options(a: argparse.Namespace) -> dict:
     return out
 
 
-def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> None:
+def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds: Dataset) -> None:
     """Builder options are checked by building once (once per ``--likelihoods`` candidate), before anything
     is fitted or written."""
     from zoo.experiments.registry import build
@@ -172,7 +179,7 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> N
         check_conformal(parser, a, ds)
 
 
-def check_conformal(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) -> None:
+def check_conformal(parser: argparse.ArgumentParser, a: argparse.Namespace, ds: Dataset) -> None:
     """``--conformal SHARE`` calibrates one regression fit on enough held-out rows
     (:func:`zoo.experiments.conformal.calibration_split`); ``--conformal-folds K`` needs a regression set
     of at least K rows (:func:`zoo.experiments.cv_plus.check_cv_plus`)."""
@@ -192,7 +199,9 @@ def check_conformal(parser: argparse.ArgumentParser, a: argparse.Namespace, ds) 
         parser.error(f"argument {flag}: {message}")
 
 
-def check_prune(parser: argparse.ArgumentParser, a: argparse.Namespace, ds, model, guide) -> None:
+def check_prune(
+    parser: argparse.ArgumentParser, a: argparse.Namespace, ds: Dataset, model: BayesianModel, guide: Callable
+) -> None:
     """``--prune projpred`` needs a regression fit of an MLP with a hidden layer whose guide draws weights."""
     from zoo.core.architectures import MLP
 

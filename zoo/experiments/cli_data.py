@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from zoo.data import TableOptions, is_table_name, load_dataset
+from zoo.data import Dataset, TableOptions, is_table_name, load_dataset
 
 __all__ = ["add_data_arguments", "table_options", "load_cli_dataset", "TABLE_FLAGS"]
 
@@ -100,7 +100,7 @@ def table_options(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Tab
         parser.error(f"argument {TABLE_FLAGS.get(word, '--dataset')}: {e}")
 
 
-def load_cli_dataset(parser: argparse.ArgumentParser, a: argparse.Namespace):
+def load_cli_dataset(parser: argparse.ArgumentParser, a: argparse.Namespace) -> Dataset:
     """Load ``a.dataset`` split ``a.split`` (:func:`zoo.data.load_dataset`, with :func:`table_options` for
     a table file); any problem is ``parser.error`` naming the flags."""
     table = table_options(parser, a)

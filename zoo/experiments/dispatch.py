@@ -25,6 +25,7 @@ interrupted command leaves no fits running.  Workers of a remote cluster belong 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
@@ -124,7 +125,7 @@ class DispatchConfig(Config):
             raise DispatchError(f"backend: {self.backend} needs `pip install {extra}` ({e})") from None
 
 
-def add_dispatch_arguments(parser) -> None:
+def add_dispatch_arguments(parser: argparse.ArgumentParser) -> None:
     """``--backend`` and ``--address`` on a subcommand (``--jobs`` is the subcommand's own)."""
     parser.add_argument(
         "--backend",
@@ -140,7 +141,7 @@ def add_dispatch_arguments(parser) -> None:
     )
 
 
-def dispatch_config(parser, args) -> DispatchConfig:
+def dispatch_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DispatchConfig:
     """The :class:`DispatchConfig` of parsed ``--backend/--address/--jobs``; a bad one is a usage error."""
     try:
         cfg = DispatchConfig(backend=args.backend, address=args.address, jobs=args.jobs)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
+from pyro.infer import ELBO
 
 from guides.autoguides import AUTOGUIDES, make_autoguide
 from guides.baselines.conjugate import LinearRegressionCAVIGuide
@@ -106,13 +107,13 @@ class Pairing:
     options: Mapping[str, object] = field(default_factory=dict)
     hidden: tuple[int, ...] = (3,)
 
-    def build(self, in_features: int = 2):
+    def build(self, in_features: int = 2) -> tuple[BayesianModel, Callable, dict]:
         """``(model, guide, spec)`` of a tiny regression net (:func:`zoo.experiments.registry.build`)."""
         return build(
             self.entry, in_features, 1, "regression", hidden=self.hidden, guide=self.guide, **self.options
         )
 
-    def loss(self, model, guide):
+    def loss(self, model: BayesianModel, guide: Callable) -> ELBO | None:
         """The objective ``zoo fit`` trains this pair with: the entry's ``fit_defaults["loss"]`` factory,
         else the guide's ``default_loss()``, else ``None`` (``Trace_ELBO``)."""
         factory = get_entry(self.entry).fit_defaults.get("loss")

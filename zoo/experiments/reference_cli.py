@@ -24,7 +24,7 @@ from collections.abc import Sequence
 __all__ = ["add_reference_parser", "run_reference"]
 
 
-def add_reference_parser(sub) -> None:
+def add_reference_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``zoo reference`` on the subparsers ``sub`` of the ``zoo`` parser."""
     from zoo.experiments.plugins import add_plugin_argument
 

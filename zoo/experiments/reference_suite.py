@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.data.core import check_split
+from zoo.data.core import Dataset, check_split
 
 __all__ = [
     "PREFIX",
@@ -59,7 +59,7 @@ def _instance(name: str):
     return get_instance(name.strip()[len(PREFIX) :])
 
 
-def load_reference_dataset(name: str, split: int = 0, data_dir: str | Path | None = None):
+def load_reference_dataset(name: str, split: int = 0, data_dir: str | Path | None = None) -> Dataset:
     """The pinned data of instance ``reference:NAME`` (module docstring: the split is a replicate index).
 
     Its ``meta`` records the instance (``reference_instance``), the widths (``hidden``) and, for every model

@@ -35,6 +35,7 @@ import traceback
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from zoo.core.build_seed import check_build_seed, mark_fresh, seeded_rng
 from zoo.core.config import Config
@@ -288,8 +289,8 @@ def build(
     guide: str | None = None,
     guide_options: dict | None = None,
     seed: int | None = None,
-    **options,
-):
+    **options: Any,
+) -> tuple[BayesianModel, Callable, dict]:
     """Build ``(model, guide, spec)`` for registry entry ``name``: ``options`` go to the model builder,
     ``guide_options`` to the guide factory (e.g. ``{"beta_rule": "textbook"}`` for the bow-tie CAVI guide,
     ``{"init_rho": -6.0}`` for an LBBNN guide); both are recorded in ``spec`` for checkpoints.
@@ -340,7 +341,7 @@ def build(
     return model, g, spec
 
 
-def build_from_spec(spec: dict):
+def build_from_spec(spec: dict) -> tuple[BayesianModel, Callable]:
     """Rebuild ``(model, guide)`` from a spec; a model from a plugin that is not loaded is a ``ValueError``
     saying what to import."""
     load_plugins()

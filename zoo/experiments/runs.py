@@ -280,7 +280,7 @@ def _time_budget(seconds: float):
     """A :func:`zoo.infer.loop.fit` callback that stops the fit once ``seconds`` of wall time have passed."""
     start = time.perf_counter()
 
-    def callback(step, elbo, result) -> None:
+    def callback(step: int, elbo: float, result: FitResult) -> None:
         if time.perf_counter() - start > seconds:
             raise StopIteration
 
@@ -328,7 +328,7 @@ def _json_default(o):
 def dumps_json(obj: Any) -> str:
     """Indented JSON of plain data; non-finite floats become ``null``, numpy scalars numbers."""
 
-    def clean(v):
+    def clean(v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
             return None
         if isinstance(v, dict):

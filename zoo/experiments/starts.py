@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyro
 import torch
-from pyro.infer import Trace_ELBO
+from pyro.infer import ELBO, Trace_ELBO
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from zoo.infer.result import FitResult
 
 __all__ = [
     "ELBO_PARTICLES",
@@ -179,7 +182,7 @@ def elbo_estimate(
     guide: Callable,
     x: Tensor,
     y: Tensor | None,
-    loss=None,
+    loss: ELBO | None = None,
     *,
     particles: int = ELBO_PARTICLES,
     seed: int = 0,
@@ -211,7 +214,7 @@ def elbo_estimate(
     return float(draws.mean()), float(draws.std() / math.sqrt(particles))
 
 
-def fit_elbo(result, x: Tensor, y: Tensor | None, seed: int = 0) -> tuple[float, float]:
+def fit_elbo(result: FitResult, x: Tensor, y: Tensor | None, seed: int = 0) -> tuple[float, float]:
     """:func:`elbo_estimate` of a finished fit (a :class:`zoo.infer.result.FitResult`: its model, guide and
     training objective) inside the fit's own parameter-store scope."""
     with result.activate():

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -54,6 +54,9 @@ from zoo.eval.scores import (
     wasserstein_1d,
 )
 from zoo.reference.instances import ReferenceInstance
+
+if TYPE_CHECKING:
+    from zoo.data import Dataset
 
 __all__ = [
     "ScoreConfig",
@@ -108,7 +111,7 @@ def check_spec(spec: str, instance: ReferenceInstance) -> tuple[str, str | None]
 
 def reference_data(
     instance: ReferenceInstance, arrays: dict[str, np.ndarray], data_dir: str | Path | None = None
-):
+) -> Dataset:
     """The instance's dataset, checked to have the stored reference's test inputs (``ValueError`` if the data
     or the instance changed since the reference was computed)."""
     ds = instance.dataset(data_dir)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,10 @@ from zoo.core.validation import (
     check_positive_int,
     check_probability,
 )
+
+if TYPE_CHECKING:
+    from zoo.data import Dataset
+    from zoo.infer.mcmc import NUTSConfig
 
 __all__ = ["DataSpec", "SamplerSettings", "ReferenceInstance", "METHODS", "SELECTION_COLUMNS"]
 
@@ -89,7 +93,7 @@ class SamplerSettings(Config):
         check_bool("gibbs", self.gibbs)
         check_bool("interweave", self.interweave)
 
-    def nuts_config(self, seed: int, progress: bool = False, parallel: bool | None = False):
+    def nuts_config(self, seed: int, progress: bool = False, parallel: bool | None = False) -> NUTSConfig:
         """The :class:`zoo.infer.mcmc.NUTSConfig` of these settings."""
         from zoo.infer.mcmc import NUTSConfig
 
@@ -137,7 +141,7 @@ class ReferenceInstance(Config):
                 "method: 'enumeration' is the linear spike-and-slab model (model 'lbbnn', hidden ())"
             )
 
-    def dataset(self, data_dir: str | Path | None = None):
+    def dataset(self, data_dir: str | Path | None = None) -> Dataset:
         """The instance's :class:`zoo.data.Dataset` (subsampled as pinned; inputs standardized with the
         full training split's statistics)."""
         from zoo.data import load_dataset
