@@ -10,6 +10,7 @@ from typing import NoReturn
 import numpy as np
 import pyro
 import torch
+from pyro.poutine import Trace
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
@@ -153,7 +154,7 @@ def make_data(
     return x.to(dtype=ref.dtype, device=ref.device), y.to(ref.device)
 
 
-def latent_sites(trace, *, guide: bool = False) -> dict[str, dict]:
+def latent_sites(trace: Trace, *, guide: bool = False) -> dict[str, dict]:
     """Unobserved sample sites of ``trace`` (plate subsample sites and, for a ``guide`` trace, auxiliary
     sites left out)."""
     out = {}

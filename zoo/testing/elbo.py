@@ -19,6 +19,7 @@ each), the estimate ``ē`` has standard error ``sd(e) / sqrt(S)``; the contract 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pyro
 import torch
@@ -26,13 +27,14 @@ from pyro import poutine
 from pyro.poutine.util import prune_subsample_sites
 from torch import Tensor
 
+from zoo.core.model import BayesianModel
 from zoo.testing._util import contract, fail
 from zoo.testing.config import KitConfig
 
 __all__ = ["analytic_elbo", "elbo_draws", "check_closed_form"]
 
 
-def analytic_elbo(model, guide, x: Tensor, y: Tensor) -> tuple[str, float] | None:
+def analytic_elbo(model: BayesianModel, guide: Callable, x: Tensor, y: Tensor) -> tuple[str, float] | None:
     """``("elbo", value)``, ``("prior", value)`` (everything but the likelihood) or ``None``."""
     whole = getattr(guide, "closed_form_elbo", None)
     if callable(whole):
@@ -57,7 +59,16 @@ def _per_particle(log_prob: Tensor, c: int) -> Tensor:
     return lp.reshape(-1, lp.shape[-1]).sum(0).expand(c)
 
 
-def elbo_draws(model, guide, x: Tensor, y: Tensor, n: int, chunk: int, *, likelihood: bool = True) -> Tensor:
+def elbo_draws(
+    model: BayesianModel,
+    guide: Callable,
+    x: Tensor,
+    y: Tensor,
+    n: int,
+    chunk: int,
+    *,
+    likelihood: bool = True,
+) -> Tensor:
     """``n`` independent single-draw ELBO estimates ``log p(y, θ_s) - log q(θ_s)`` (the terms of
     ``Trace_ELBO``), drawn ``chunk`` at a time under a particle plate at ``dim=-2``; without
     ``likelihood`` the model's observed sites are left out (``log p(θ_s) - log q(θ_s)``)."""
@@ -81,7 +92,7 @@ def elbo_draws(model, guide, x: Tensor, y: Tensor, n: int, chunk: int, *, likeli
     return torch.cat(out)
 
 
-def check_closed_form(model, guide, x: Tensor, y: Tensor, cfg: KitConfig) -> None:
+def check_closed_form(model: BayesianModel, guide: Callable, x: Tensor, y: Tensor, cfg: KitConfig) -> None:
     """``[closed-form-elbo]`` (see the module docstring); nothing to check for a guide without one.  Run
     inside the fit's parameter-store scope."""
     with contract("closed-form-elbo", f"the closed-form ELBO of {type(guide).__name__}"):

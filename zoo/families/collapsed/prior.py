@@ -277,7 +277,7 @@ class CollapsedPrior(ExactScaleConditionals, Prior):
         self.register_buffer("delta", torch.full(shape, check_probability("delta", delta)))
 
     def config(self) -> dict:
-        def val(t: Tensor):
+        def val(t: Tensor) -> list[float] | float:
             return t.tolist() if t.dim() else float(t)
 
         return {

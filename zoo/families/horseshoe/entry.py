@@ -17,7 +17,7 @@ others with ``Trace_ELBO`` (weight-space samples).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -32,6 +32,7 @@ from zoo.core.architectures import MLP
 from zoo.core.config import resolve
 from zoo.core.likelihood_options import options_likelihood
 from zoo.core.model import BayesianModel
+from zoo.experiments.outputs import RunOutput
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.entry import UCI8, UCI_FOLDER
@@ -107,7 +108,7 @@ GUIDES = {
 }
 
 
-def default_loss(model, guide):
+def default_loss(model: BayesianModel, guide: Callable) -> HorseshoeLRTELBO | None:
     """The paper's training path (§4.2, App. A.2): analytic prior/entropy terms + local reparameterization,
     for the zoo's horseshoe guides on a non-centered prior over an MLP; ``Trace_ELBO`` otherwise."""
     if (
@@ -126,7 +127,7 @@ def default_loss(model, guide):
 ACTIVE_FRACTION = 0.1
 
 
-def hs_metrics(run) -> dict:
+def hs_metrics(run: RunOutput) -> dict:
     """Extra protocol metrics of a horseshoe fit (any zoo horseshoe guide): ``units_kept`` by the paper's
     pruning rule (§4.3, delta = 1e-3, p0 = 0.9) and ``units_active`` by the shrinkage profile, both summed
     over hidden layers."""

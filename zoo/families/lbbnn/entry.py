@@ -42,6 +42,7 @@ from zoo.core.model import BayesianModel
 from zoo.core.validation import check_positive, check_positive_int
 from zoo.data.cv import CV_PREFIX
 from zoo.eval.metrics import selection_rates
+from zoo.experiments.outputs import RunOutput
 from zoo.experiments.registry import ModelEntry, register
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 from zoo.families.baselines.options import MFVI_UNSCALED
@@ -185,7 +186,7 @@ register(
 )
 
 
-def selection_metrics(run) -> dict:
+def selection_metrics(run: RunOutput) -> dict:
     """MPM TPR/FPR of a one-neuron LBBNN fit on ``logistic-sim`` (via zoo.eval.metrics), with the selected
     covariates and the true support as 0/1 lists (``selected``, ``truth``: per-covariate inclusion counts over
     a protocol's fits, :func:`zoo.experiments.selection_table.inclusion_lines`).
@@ -209,7 +210,7 @@ def selection_metrics(run) -> dict:
     return {"tpr": tpr, "fpr": fpr, "selected": sel.astype(int).tolist(), "truth": truth.astype(int).tolist()}
 
 
-def image_metrics(run, num_samples: int = 10) -> dict:
+def image_metrics(run: RunOutput, num_samples: int = 10) -> dict:
     """The prediction variants of Hubin & Storvik (2019, arXiv:1903.07594, Table 3) for an LBBNN fit, on its
     test set: full model averaging with R = 1 and R = ``num_samples`` networks (``acc_bma_r1``,
     ``acc_bma_r10``), the median probability model (``acc_mpm``: γ = I(α > 0.5), slab drawn, R networks) and

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -42,7 +43,7 @@ from pyro.nn import PyroParam
 from torch import Tensor
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from zoo.core.architectures import ParamSpec
+from zoo.core.architectures import Architecture, ParamSpec
 from zoo.core.prior import Prior
 from zoo.core.validation import check_positive, check_positive_int
 
@@ -125,10 +126,10 @@ class InclusionPrior(TorchDistribution):
         self.probs = probs
         super().__init__(torch.Size(batch_shape), validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: Sequence[int], _instance: InclusionPrior | None = None) -> InclusionPrior:
         return InclusionPrior(self.probs, torch.Size(batch_shape))
 
-    def sample(self, sample_shape=_EMPTY) -> Tensor:
+    def sample(self, sample_shape: torch.Size = _EMPTY) -> Tensor:
         with torch.no_grad():
             return torch.bernoulli(self.probs.expand(self._extended_shape(sample_shape)))
 
@@ -196,7 +197,7 @@ class SpikeSlabPrior(Prior):
             self.eb_slab_var = PyroParam(torch.full((L,), float(slab_var)), constraint=constraints.positive)
 
     @classmethod
-    def for_architecture(cls, architecture, **kwargs) -> SpikeSlabPrior:
+    def for_architecture(cls, architecture: Architecture, **kwargs: Any) -> SpikeSlabPrior:
         """A prior sized for ``architecture`` (one hyperparameter group per weight tensor)."""
         n = len(weight_specs(architecture.param_specs()))
         if n == 0:

@@ -30,6 +30,7 @@ import torch
 
 from zoo.data.cv import CV_PREFIX
 from zoo.eval import metrics
+from zoo.experiments.outputs import RunOutput
 from zoo.experiments.reproduce import Protocol, RunSpec, register_protocol
 
 __all__ = ["mode_loglik", "tabular_metrics", "TABULAR_DATASETS"]
@@ -40,7 +41,7 @@ MODES = ("bma", "mpm")
 
 @torch.no_grad()
 def mode_loglik(
-    run, mode: str, num_samples: int = 1000, seed: int = 0, chunk: int = 100
+    run: RunOutput, mode: str, num_samples: int = 1000, seed: int = 0, chunk: int = 100
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(loglik, out)`` on the test part of ``run``: pointwise ``log p(y_n | θ_s)`` ``(S, N)`` and the
     per-draw outputs ``out`` — class probabilities ``(S, N, K)`` or predictive locations ``(S, N)`` on the
@@ -77,7 +78,7 @@ def mode_loglik(
     return torch.cat(lls).cpu().double().numpy(), torch.cat(outs).cpu().double().numpy()
 
 
-def tabular_metrics(run, num_samples: int = 1000, seed: int = 0) -> dict:
+def tabular_metrics(run: RunOutput, num_samples: int = 1000, seed: int = 0) -> dict:
     """``{mode}_{metric}`` for mode in (``bma``, ``mpm``) — see the module docstring; draws of
     :func:`mode_loglik` with ``seed``, noise draws for the predictive quantiles from numpy seed 0."""
     y = run.dataset.y_test
