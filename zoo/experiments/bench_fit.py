@@ -13,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from zoo.data import load_dataset
 from zoo.experiments.config import RunConfig
+
+if TYPE_CHECKING:
+    from zoo.data import Dataset, TableOptions
+    from zoo.experiments.outputs import RunOutput
 
 __all__ = ["FitTask", "fit_task", "load_bench_dataset", "input_selection"]
 
@@ -41,7 +46,7 @@ class FitTask:
         return (self.label, self.dataset, self.split, self.seed)
 
 
-def input_selection(run) -> dict:
+def input_selection(run: RunOutput) -> dict:
     """TPR/FPR of the inputs a fit keeps (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395, §4.1): input
     ``j`` is selected when the guide's sparsity report keeps any first-layer weight reading it.  ``{}`` when
     the data have no true support or the guide reports no sparsity."""
@@ -66,7 +71,9 @@ def _scalars(metrics: Mapping) -> dict:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
 
-def load_bench_dataset(dataset: str, split: int, data_dir, table) -> Any:
+def load_bench_dataset(
+    dataset: str, split: int, data_dir: str | Path | None, table: TableOptions | Mapping[str, Any] | None
+) -> Dataset:
     """A suite's dataset: a registry name, an own table (``table``) or a stored reference instance
     (``reference:NAME``, :mod:`zoo.experiments.reference_suite`)."""
     from zoo.experiments.reference_suite import is_reference_name, load_reference_dataset
