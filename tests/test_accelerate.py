@@ -190,7 +190,7 @@ def test_runs_pass_accelerate_to_the_loop_and_refuse_other_fit_options() -> None
 
 def test_protocol_tables_count_converged_closed_form_fits() -> None:
     from zoo.experiments.protocol import Protocol
-    from zoo.experiments.reproduce import _markdown, _summarize
+    from zoo.experiments.protocol_report import protocol_markdown, summarize
 
     def row(split, converged, sweeps=None):
         r = {"variant": "V", "dataset": "d", "split": split, "rmse": 1.0 + split, "fit_seconds": 2.0}
@@ -199,12 +199,12 @@ def test_protocol_tables_count_converged_closed_form_fits() -> None:
 
     p = Protocol(name="p", description="x", runs=lambda s: [], metrics=("rmse",))
     header = {"command": "c", "machine": "m", "wall_seconds": 1.0, "torch": "t"}
-    closed = _summarize([row(0, True, 30), row(1, False, 60), row(2, True, 90)], ("rmse",))
+    closed = summarize([row(0, True, 30), row(1, False, 60), row(2, True, 90)], ("rmse",))
     assert closed["V"]["d"]["converged"] == 2 and closed["V"]["d"]["sweeps"]["mean"] == 60
-    text = _markdown(p, closed, header)
+    text = protocol_markdown(p, closed, header)
     assert "| converged | sweeps |" in text and "| 2/3 | 60 |" in text
-    gradient = _summarize([row(0, False), row(1, False)], ("rmse",))  # SVI rows: no sweeps, no column
-    assert "converged" not in gradient["V"]["d"] and "converged" not in _markdown(p, gradient, header)
+    gradient = summarize([row(0, False), row(1, False)], ("rmse",))  # SVI rows: no sweeps, no column
+    assert "converged" not in gradient["V"]["d"] and "converged" not in protocol_markdown(p, gradient, header)
 
 
 def test_expanded_buffers_stay_compact_and_extrapolate_like_full_ones() -> None:
