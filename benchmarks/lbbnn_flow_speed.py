@@ -18,18 +18,11 @@ epoch of 80); the data root is ``$ZOO_DATA_DIR`` or ``--data-dir``.  The paper's
 
 from __future__ import annotations
 
-import argparse
-import time
-
-import pyro
 import torch
 import torch.nn.functional as F
-from _lbbnn_plain import plain_kl, plain_layers
+from _lbbnn_plain import mnist_setup, plain_kl, plain_layers, plain_seconds_per_step, zoo_seconds_per_step
 
 from guides.lbbnn.lcrt import LCRT_ELBO
-from zoo.data import load_dataset
-from zoo.experiments.registry import build
-from zoo.infer.loop import fit, resume
 
 PSI, SLAB_VAR, BATCH = 0.1, 1.0, 100
 
@@ -59,45 +52,21 @@ def plain_lcrt_step_fn(sizes, n_train):
     return step
 
 
-def _zoo_seconds_per_step(guide_name, x, y, steps, warm, loss):
-    pyro.clear_param_store()
-    model, guide, _ = build(
-        "lbbnn", 784, 10, "multiclass", hidden=(400, 600), guide=guide_name, hyper="fixed", inclusion=PSI
-    )
-    res = fit(model, guide, x, y, steps=warm, lr=1e-3, batch_size=BATCH, progress=False, seed=0, loss=loss)
-    t_before = res.wall_time
-    resume(res, x, y, steps, progress=False)
-    return (res.wall_time - t_before) / steps
-
-
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="10 timed steps per method instead of an epoch")
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args(argv)
-    torch.set_flush_denormal(True)
-    torch.set_num_threads(a.threads)
-    pyro.enable_validation(False)
-    ds = load_dataset("mnist10k", 0, data_dir=a.data_dir)
-    x, y, _, _ = ds.tensors(dtype=torch.float32)
+    a, x, y = mnist_setup(__doc__.splitlines()[0], "10 timed steps per method instead of an epoch", argv)
     n = x.shape[0]
     per_epoch = n // BATCH
     steps, warm = (10, 2) if a.quick else (per_epoch, 3)
 
     torch.manual_seed(0)
     step = plain_lcrt_step_fn((784, 400, 600, 10), n)
-    perm = torch.randperm(n)
-    for i in range(warm):
-        step(x[perm[i * BATCH : (i + 1) * BATCH]], y[perm[i * BATCH : (i + 1) * BATCH]])
-    t0 = time.perf_counter()
-    for i in range(steps):
-        j = i % per_epoch
-        step(x[perm[j * BATCH : (j + 1) * BATCH]], y[perm[j * BATCH : (j + 1) * BATCH]])
-    times = {"plain LCRT": (time.perf_counter() - t0) / steps}
-    times["zoo LCRT"] = _zoo_seconds_per_step("lcrt", x, y, steps, warm, LCRT_ELBO())
-    times["zoo FLOW"] = _zoo_seconds_per_step("flow", x, y, steps, warm, LCRT_ELBO())
-    times["zoo MF (Trace_ELBO)"] = _zoo_seconds_per_step("mean-field", x, y, steps, warm, None)
+    times = {"plain LCRT": plain_seconds_per_step(step, x, y, steps, warm, BATCH)}
+    for label, guide, loss in (
+        ("zoo LCRT", "lcrt", LCRT_ELBO()),
+        ("zoo FLOW", "flow", LCRT_ELBO()),
+        ("zoo MF (Trace_ELBO)", "mean-field", None),
+    ):
+        times[label] = zoo_seconds_per_step(guide, x, y, steps, warm, loss, PSI, BATCH)
 
     print(f"mnist10k: n_train={n}, batch {BATCH}, {per_epoch} steps/epoch, timed {steps} steps each")
     for k, v in times.items():

@@ -10,20 +10,12 @@ the data root is ``$ZOO_DATA_DIR`` (or ``--data-dir``).  Target: zoo / plain ≤
 
 from __future__ import annotations
 
-import argparse
-import time
-
-import pyro
 import torch
 import torch.nn.functional as F
-from _lbbnn_plain import plain_kl, plain_layers
+from _lbbnn_plain import mnist_setup, plain_kl, plain_layers, plain_seconds_per_step, zoo_seconds_per_step
 from pyro.infer import Trace_ELBO
 
 from guides.lbbnn.elbo import ClosedFormKL_ELBO
-from guides.lbbnn.meanfield import MeanFieldLBBNNGuide
-from zoo.data import load_dataset
-from zoo.experiments.registry import build
-from zoo.infer.loop import fit
 
 PSI, SLAB_VAR, TEMP, BATCH = 0.1, 1.0, 0.5, 100
 
@@ -61,57 +53,17 @@ def plain_step_fn(sizes, n_train):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a few batches instead of a full epoch")
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args(argv)
-    torch.set_flush_denormal(True)
-    torch.set_num_threads(a.threads)
-    pyro.enable_validation(False)
-    ds = load_dataset("mnist10k", 0, data_dir=a.data_dir)
-    x, y, _, _ = ds.tensors(dtype=torch.float32)
+    a, x, y = mnist_setup(__doc__.splitlines()[0], "a few batches instead of a full epoch", argv)
     n = x.shape[0]
     steps_per_epoch = n // BATCH
     steps = 15 if a.quick else steps_per_epoch
     warm = 3
 
     torch.manual_seed(0)
-    step = plain_step_fn((784, 400, 600, 10), n)
-    perm = torch.randperm(n)
-    for i in range(warm):
-        idx = perm[i * BATCH : (i + 1) * BATCH]
-        step(x[idx], y[idx])
-    t0 = time.perf_counter()
-    for i in range(steps):
-        idx = perm[(i % steps_per_epoch) * BATCH : ((i % steps_per_epoch) + 1) * BATCH]
-        step(x[idx], y[idx])
-    plain = (time.perf_counter() - t0) / steps
-
-    from zoo.infer.loop import resume
-
-    def zoo_step(loss) -> float:
-        pyro.clear_param_store()
-        model, guide, spec = build(
-            "lbbnn",
-            784,
-            10,
-            "multiclass",
-            hidden=(400, 600),
-            guide="mean-field",
-            hyper="fixed",
-            inclusion=PSI,
-        )
-        assert isinstance(guide, MeanFieldLBBNNGuide)
-        res = fit(
-            model, guide, x, y, steps=warm, lr=1e-3, batch_size=BATCH, progress=False, seed=0, loss=loss
-        )
-        t_before = res.wall_time
-        resume(res, x, y, steps, progress=False)
-        return (res.wall_time - t_before) / steps
-
-    zoo = zoo_step(ClosedFormKL_ELBO())  # the guide's default_loss(), what zoo fit uses
-    zoo_trace = zoo_step(Trace_ELBO())
+    plain = plain_seconds_per_step(plain_step_fn((784, 400, 600, 10), n), x, y, steps, warm, BATCH)
+    # ClosedFormKL_ELBO: the mean-field guide's default_loss(), what zoo fit uses
+    zoo = zoo_seconds_per_step("mean-field", x, y, steps, warm, ClosedFormKL_ELBO(), PSI, BATCH)
+    zoo_trace = zoo_seconds_per_step("mean-field", x, y, steps, warm, Trace_ELBO(), PSI, BATCH)
 
     print(f"mnist10k: n_train={n}, batch {BATCH}, {steps_per_epoch} steps/epoch, timed {steps} steps each")
     for label, t in (
