@@ -147,7 +147,7 @@ class AutoIAFNormal(autoguide.AutoContinuous):
 
     def __init__(
         self,
-        model,
+        model: Callable[..., Any],
         init_loc_fn: Callable = init_to_lecun,
         init_scale: float = 1e-2,
         hidden: tuple[int, ...] = (64,),

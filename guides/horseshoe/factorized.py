@@ -96,7 +96,11 @@ class HorseshoeGuide(
     family = "factorized"
 
     def __init__(
-        self, model, init_sd: float = 4.5e-5, init_scales: str = "unit", noise_update: str = "natural"
+        self,
+        model: BayesianModel,
+        init_sd: float = 4.5e-5,
+        init_scales: str = "unit",
+        noise_update: str = "natural",
     ) -> None:
         super().__init__()
         prior = _check_model(model, self)

@@ -183,7 +183,7 @@ class HorseshoeLRTMessenger(LocalReparameterization):
     masked and the guide runs in LRT mode.  With ``require_obs`` an unobserved ``obs`` site (``y=None``) is
     a ``ValueError``.  Re-entrant; usable as a context manager or as a handler."""
 
-    def __init__(self, guide: HorseshoeLRTMixin, model, *, require_obs: bool = True) -> None:
+    def __init__(self, guide: HorseshoeLRTMixin, model: BayesianModel, *, require_obs: bool = True) -> None:
         guide.check_lrt(model)
         super().__init__(
             model.architecture,

@@ -39,7 +39,13 @@ class InclusionConcrete(TorchDistribution):
     support = constraints.unit_interval
     has_rsample = True
 
-    def __init__(self, logits: Tensor, temperature: float, straight_through: bool = True, validate_args=None):
+    def __init__(
+        self,
+        logits: Tensor,
+        temperature: float,
+        straight_through: bool = True,
+        validate_args: bool | None = None,
+    ) -> None:
         self.logits = logits
         self.temperature = float(temperature)
         self.straight_through = bool(straight_through)
@@ -83,7 +89,14 @@ class SlabGivenInclusion(TorchDistribution):
     support = constraints.real
     has_rsample = True
 
-    def __init__(self, gamma: Tensor, loc: Tensor, scale: Tensor, prior_scale: Tensor, validate_args=None):
+    def __init__(
+        self,
+        gamma: Tensor,
+        loc: Tensor,
+        scale: Tensor,
+        prior_scale: Tensor,
+        validate_args: bool | None = None,
+    ) -> None:
         self.gamma, self.loc, self.scale, self.prior_scale = torch.broadcast_tensors(
             gamma, loc, scale, prior_scale
         )

@@ -125,7 +125,7 @@ class LCRTMessenger(LocalReparameterization):
     LCRT mode).  Re-entrant; usable as a context manager or as ``LCRTMessenger(guide, arch)(fn)``.
     """
 
-    def __init__(self, guide, architecture: MLP) -> None:
+    def __init__(self, guide: LCRTLinearMixin, architecture: MLP) -> None:
         if not callable(getattr(guide, "lcrt_linear", None)):
             raise TypeError(f"guide must implement lcrt_linear(h, layer), got {type(guide).__name__}")
         if not isinstance(architecture, MLP):

@@ -123,7 +123,13 @@ class GeneralizedInverseGaussian(TorchDistribution):
     support = constraints.positive
     has_rsample = False
 
-    def __init__(self, nu, delta, lam, validate_args=None):
+    def __init__(
+        self,
+        nu: float | torch.Tensor,
+        delta: float | torch.Tensor,
+        lam: float | torch.Tensor,
+        validate_args: bool | None = None,
+    ) -> None:
         self.nu, self.delta, self.lam = broadcast_all(nu, delta, lam)
         if all(isinstance(a, Number) for a in (nu, delta, lam)):
             batch_shape = torch.Size()

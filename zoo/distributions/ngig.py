@@ -278,7 +278,14 @@ class NormalGIG(TorchDistribution):
     support = constraints.real
     has_rsample = False
 
-    def __init__(self, nu, delta, lam, tau=1.0, validate_args=None):
+    def __init__(
+        self,
+        nu: float | torch.Tensor,
+        delta: float | torch.Tensor,
+        lam: float | torch.Tensor,
+        tau: float | torch.Tensor = 1.0,
+        validate_args: bool | None = None,
+    ) -> None:
         self.nu, self.delta, self.lam, self.tau = broadcast_all(nu, delta, lam, tau)
         self.mixing = GeneralizedInverseGaussian(self.nu, self.delta, self.lam, validate_args=validate_args)
         super().__init__(self.nu.shape, validate_args=validate_args)

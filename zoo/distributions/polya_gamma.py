@@ -345,7 +345,9 @@ class PolyaGamma(TorchDistribution):
     support = constraints.positive
     has_rsample = False
 
-    def __init__(self, b, c=0.0, validate_args=None):
+    def __init__(
+        self, b: float | torch.Tensor, c: float | torch.Tensor = 0.0, validate_args: bool | None = None
+    ) -> None:
         self.b, self.c = broadcast_all(b, c)
         if isinstance(b, Number) and isinstance(c, Number):
             batch_shape = torch.Size()

@@ -46,7 +46,9 @@ class DrawIndex(dist.TorchDistribution):
     arg_constraints: dict = {}
     has_enumerate_support = False
 
-    def __init__(self, num_draws: int, batch_shape: torch.Size = _EMPTY, validate_args=None) -> None:
+    def __init__(
+        self, num_draws: int, batch_shape: torch.Size = _EMPTY, validate_args: bool | None = None
+    ) -> None:
         self.num_draws = int(num_draws)
         super().__init__(torch.Size(batch_shape), validate_args=validate_args)
 

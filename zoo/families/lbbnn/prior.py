@@ -122,7 +122,7 @@ class InclusionPrior(TorchDistribution):
     arg_constraints = {"probs": constraints.unit_interval}
     support = constraints.unit_interval
 
-    def __init__(self, probs: Tensor, batch_shape: torch.Size, validate_args=None) -> None:
+    def __init__(self, probs: Tensor, batch_shape: torch.Size, validate_args: bool | None = None) -> None:
         self.probs = probs
         super().__init__(torch.Size(batch_shape), validate_args=validate_args)
 
