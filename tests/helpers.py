@@ -7,6 +7,9 @@ import torch
 from zoo.core.architectures import MLP
 from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.model import BayesianModel
+from zoo.data import make_bowtie_toy
+from zoo.families.bowtie.model import BowtieModel
+from zoo.families.bowtie.prior import BowtieNoisePrior, NGIGPrior
 from zoo.priors import GaussianPrior
 
 
@@ -38,3 +41,19 @@ def gibbs_config(**settings):
 
     base = dict(chains=1, warmup=10, samples=8, max_tree_depth=5, jit_compile=False, gibbs=True)
     return NUTSConfig(**{**base, "parallel": False, "progress": False, **settings})
+
+
+def bowtie_toy(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` points of the bow-tie toy regression (``zoo.data.make_bowtie_toy``) as float64 tensors."""
+    x, y = make_bowtie_toy(n, seed=seed)
+    return torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)
+
+
+def bowtie_small_model(hidden, **kw) -> BowtieModel:
+    """A float64 bow-tie on 2 inputs with moderate hyperparameters (T = 0.5, hidden noise IG(3, 0.2)) so
+    Monte Carlo checks have small variance; ``kw`` override."""
+    kw.setdefault("temperature", 0.5)
+    kw.setdefault("prior", NGIGPrior(bias_scale=3.0))
+    kw.setdefault("hidden_noise", BowtieNoisePrior(3.0, 0.2))
+    kw.setdefault("noise_rate", 1.0)
+    return BowtieModel(2, hidden, 1, **kw).double()
