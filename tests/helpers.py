@@ -10,6 +10,7 @@ from zoo.core.model import BayesianModel
 from zoo.data import make_bowtie_toy
 from zoo.families.bowtie.model import BowtieModel
 from zoo.families.bowtie.prior import BowtieNoisePrior, NGIGPrior
+from zoo.families.lbbnn.prior import SpikeSlabPrior
 from zoo.priors import GaussianPrior
 
 
@@ -32,6 +33,15 @@ def mlp_model(d: int = 3, hidden=(8,), task: str = "regression", k: int = 1) -> 
 
     out = 1 if task in ("regression", "binary") else k
     return BayesianModel(MLP(d, hidden, out), GaussianPrior(1.0), make_likelihood(task, out))
+
+
+def lbbnn_model(d=4, hidden=(5,), k=3, task="multiclass", **prior_kw) -> BayesianModel:
+    """An LBBNN: an MLP under the spike-and-slab prior (``prior_kw``) with the ``task``'s likelihood."""
+    from zoo.core.likelihoods import make_likelihood
+
+    arch = MLP(d, hidden, 1 if task == "binary" else k)
+    lik = make_likelihood(task, k if task == "multiclass" else 1)
+    return BayesianModel(arch, SpikeSlabPrior.for_architecture(arch, **prior_kw), lik)
 
 
 def gibbs_config(**settings):
