@@ -114,3 +114,13 @@ def benchmark_script(monkeypatch):
         return mod
 
     return load
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Small tensors: avoid thread-pool overhead on shared CI machines (the ``zoo.distributions`` tests use it
+    through ``pytestmark``)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

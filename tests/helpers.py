@@ -1,13 +1,18 @@
-"""Small builders shared by the core tests."""
+"""Small builders and reference computations shared by several test modules."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
+from scipy import integrate
 
 from zoo.core.architectures import MLP
 from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.model import BayesianModel
 from zoo.data import make_bowtie_toy
+from zoo.distributions import GeneralizedInverseGaussian
 from zoo.families.bowtie.model import BowtieModel
 from zoo.families.bowtie.prior import BowtieNoisePrior, NGIGPrior
 from zoo.families.lbbnn.prior import SpikeSlabPrior
@@ -67,3 +72,19 @@ def bowtie_small_model(hidden, **kw) -> BowtieModel:
     kw.setdefault("hidden_noise", BowtieNoisePrior(3.0, 0.2))
     kw.setdefault("noise_rate", 1.0)
     return BowtieModel(2, hidden, 1, **kw).double()
+
+
+def t64(*xs):
+    return [torch.as_tensor(x, dtype=torch.float64) for x in xs]
+
+
+def gig(nu, delta, lam):
+    return GeneralizedInverseGaussian(*t64(nu, delta, lam))
+
+
+def simpson_exp(logf, lo, hi, n=40_001):
+    """int_lo^hi exp(logf(t)) dt by composite Simpson on a dense grid (logf vectorized over float64 t)."""
+    t = torch.linspace(lo, hi, n, dtype=torch.float64)
+    lf = logf(t).numpy()
+    top = lf.max()
+    return math.exp(top) * integrate.simpson(np.exp(lf - top), x=t.numpy())

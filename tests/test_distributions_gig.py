@@ -1,7 +1,10 @@
-"""Tests for ``zoo.distributions``.
+"""Tests for ``zoo.distributions``: log-space Bessel-K numerics (note Sec. 5.3) and the GIG of App. E.1 with
+the CAVI moments of Eqs. (13)-(14) (paper 000).
 
-Pólya–Gamma (paper 000 Sec. 2.3, Eqs. (8)-(9)), the GIG of App. E.1 with the CAVI moments of Eqs. (13)-(14),
-log-space Bessel-K numerics (note Sec. 5.3) and the N-GIG special cases of Table 1 (note Sec. 5.6 tests).
+Ground truths: mpmath's Bessel K (and its integral representation at order 1250), numerical derivatives and
+``gradcheck``, quadrature of the unnormalized GIG density in ``t = log x`` (normalization, moments, entropy),
+the exact gamma and inverse-gamma limits, ``scipy.stats.geninvgauss``, and KS tests of the sampler against
+scipy and against a numerically integrated CDF.
 """
 
 from __future__ import annotations
@@ -17,45 +20,18 @@ from scipy import integrate, optimize, special, stats
 
 from zoo.distributions import (
     GeneralizedInverseGaussian,
-    NormalGIG,
-    PolyaGamma,
     bessel_k_ratio,
-    inverse_gamma_mixing,
-    laplace_marginal,
-    laplace_mixing,
     log_bessel_k,
     log_bessel_k_dnu,
     log_bessel_k_ratio,
-    ngig_marginal_log_prob,
-    normal_gamma_marginal_log_prob,
-    normal_gamma_mixing,
-    normal_inverse_gaussian_marginal_log_prob,
-    normal_inverse_gaussian_mixing,
-    polya_gamma_mean,
-    polya_gamma_variance,
-    student_t_marginal,
-    student_t_mixing,
 )
+
+from .helpers import gig, simpson_exp, t64
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 F64 = torch.float64
 P_MIN = 1e-3  # KS / goodness-of-fit threshold at a fixed seed
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: avoid thread-pool overhead on shared CI machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def t64(*xs):
-    return [torch.as_tensor(x, dtype=F64) for x in xs]
-
-
-def gig(nu, delta, lam):
-    return GeneralizedInverseGaussian(*t64(nu, delta, lam))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -101,14 +77,6 @@ def gig_quad_moments(nu, delta, lam):
     return e_x, e_inv, e_log, var, (lo, hi, t_mode)
 
 
-def simpson_exp(logf, lo, hi, n=40_001):
-    """int_lo^hi exp(logf(t)) dt by composite Simpson on a dense grid (logf vectorized over float64 t)."""
-    t = torch.linspace(lo, hi, n, dtype=F64)
-    lf = logf(t).numpy()
-    top = lf.max()
-    return math.exp(top) * integrate.simpson(np.exp(lf - top), x=t.numpy())
-
-
 def ks_in_log_space(dist, n=4000):
     """KS test of samples of log x against the CDF obtained by integrating exp(log_prob) numerically."""
     t = torch.log(dist.sample((n,))).numpy()
@@ -119,29 +87,6 @@ def ks_in_log_space(dist, n=4000):
     mass = cdf[-1] * math.exp(lp.max())
     cdf = cdf / cdf[-1]
     return stats.kstest(t, lambda v: np.interp(v, grid, cdf)).pvalue, mass
-
-
-def pg0_logpdf_mp(x, b):
-    """log PG(x | b, 0) from the alternating small-x series (J*(b) / 4) in multi-precision (mpmath)."""
-    mp = pytest.importorskip("mpmath")
-    dps = int(40 + (math.pi**2 * x / 2 + 10 * math.log10(1 + b) + 5) / 2.3 * 1.3)
-    with mp.workdps(dps):
-        x, b = mp.mpf(x), mp.mpf(b)
-        y = 4 * x
-        total, n = mp.mpf(0), 0
-        while True:
-            term = (
-                (-1) ** n
-                * mp.exp(mp.loggamma(n + b) - mp.loggamma(n + 1))
-                * (2 * n + b)
-                / mp.sqrt(2 * mp.pi * y**3)
-                * mp.exp(-((2 * n + b) ** 2) / (2 * y))
-            )
-            total += term
-            if n > 5 and abs(term) < abs(total) * mp.mpf(10) ** (-30) and (2 * n + b) ** 2 / (2 * y) > 10:
-                break
-            n += 1
-        return float(mp.log(4 * 2**b / mp.gamma(b) * total))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -446,274 +391,3 @@ def test_gig_log_prob_gradcheck():
 def test_gig_argument_validation(nu, delta, lam):
     with pytest.raises(ValueError):
         gig(nu, delta, lam)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Pólya–Gamma
-# ----------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("c", [0.0, 1e-8, -1e-8, 1e-3, 0.3, 5.0, -5.0, 50.0, 800.0])
-def test_pg_mean_and_variance_closed_forms(c):
-    mp = pytest.importorskip("mpmath")
-    b = torch.tensor([1.0, 2.5], dtype=F64)
-    ct = torch.full_like(b, c)
-    mean, var = polya_gamma_mean(b, ct), polya_gamma_variance(b, ct)
-    assert torch.isfinite(mean).all() and torch.isfinite(var).all()
-    with mp.workdps(50):
-        cm = mp.mpf(c)
-        if c == 0:
-            m_ref, v_ref = mp.mpf(1) / 4, mp.mpf(1) / 24
-        else:
-            m_ref = mp.tanh(cm / 2) / (2 * cm)  # Eq. (9)
-            v_ref = (mp.sinh(cm) - cm) / (4 * cm**3 * mp.cosh(cm / 2) ** 2)
-    assert torch.allclose(mean, b * float(m_ref), rtol=1e-14)
-    assert torch.allclose(var, b * float(v_ref), rtol=1e-12)
-    if abs(c) < 1e-6:  # c -> 0 limits b/4 and b/24 (note Sec. 5.3)
-        assert torch.allclose(mean, b / 4, rtol=1e-12) and torch.allclose(var, b / 24, rtol=1e-12)
-    d = PolyaGamma(b, ct)
-    assert torch.equal(d.mean, mean) and torch.equal(d.variance, var)
-
-
-def test_pg_mean_gradient_finite_at_zero():
-    c = torch.tensor([0.0, 1e-9, 2.0], dtype=F64, requires_grad=True)
-    (polya_gamma_mean(1.0, c).sum() + polya_gamma_variance(1.0, c).sum()).backward()
-    assert torch.isfinite(c.grad).all()
-    assert c.grad[0].item() == 0.0
-
-
-@pytest.mark.parametrize(
-    "b,x",
-    [(1.0, 0.05), (1.0, 0.3), (1.0, 3.0), (1.0, 12.0), (1.0, 40.0), (0.3, 2.0), (2.5, 6.0)]
-    + [(10.0, 12.0), (50.0, 12.5), (50.0, 25.0), (50.0, 4.0), (200.0, 50.0), (200.0, 90.0)],
-)
-def test_pg_log_prob_matches_multiprecision_series(b, x):
-    ref = pg0_logpdf_mp(x, b)
-    got = PolyaGamma(torch.tensor(b, dtype=F64)).log_prob(torch.tensor(x, dtype=F64)).item()
-    assert math.isfinite(got)
-    assert got == pytest.approx(ref, rel=1e-10, abs=1e-10)
-
-
-@pytest.mark.parametrize("b,c", [(1.0, 0.0), (1.0, 3.0), (2.5, -2.0), (0.4, 0.5), (50.0, 10.0)])
-def test_pg_log_prob_normalizes_and_has_right_mean(b, c):
-    d = PolyaGamma(torch.tensor(b, dtype=F64), torch.tensor(c, dtype=F64))
-    m, sd = d.mean.item(), math.sqrt(d.variance.item())
-    # integrate in t = log x (the left tail exp(-b^2 / 8x) is extremely thin)
-    lo, hi = math.log(m) - 12.0, math.log(m + 60 * sd + 20.0)
-    t = torch.linspace(lo, hi, 20_001, dtype=F64)
-    lp = d.log_prob(torch.exp(t)).numpy()
-    total = integrate.simpson(np.exp(lp + t.numpy()), x=t.numpy())
-    first = integrate.simpson(np.exp(lp + 2 * t.numpy()), x=t.numpy())
-    assert total == pytest.approx(1.0, abs=1e-9)
-    assert first == pytest.approx(m, rel=1e-9)
-
-
-@pytest.mark.parametrize("b,c", [(1.0, 0.0), (1.0, 4.5), (3.3, -2.0), (0.5, 0.0)])
-def test_pg_sampler_goodness_of_fit(b, c):
-    pyro.set_rng_seed(3)
-    n = 20_000
-    d = PolyaGamma(torch.tensor(b, dtype=F64), torch.tensor(c, dtype=F64))
-    x = d.sample((n,)).numpy()
-    # moments within 5 standard errors of the closed forms (Eq. (9))
-    m, v = d.mean.item(), d.variance.item()
-    assert abs(x.mean() - m) < 5 * math.sqrt(v / n)
-    m4 = np.mean((x - x.mean()) ** 4)
-    assert abs(x.var() - v) < 5 * math.sqrt((m4 - x.var() ** 2) / n)
-    # KS against the CDF of our density (cumulative integral of exp(log_prob))
-    grid = np.linspace(1e-6, x.max() + 5 * math.sqrt(v), 20_001)
-    dens = np.exp(d.log_prob(torch.tensor(grid, dtype=F64)).numpy())
-    cdf = integrate.cumulative_trapezoid(dens, grid, initial=0.0)
-    assert cdf[-1] == pytest.approx(1.0, abs=1e-5)
-    assert stats.kstest(x, lambda v_: np.interp(v_, grid, cdf / cdf[-1])).pvalue > P_MIN
-
-
-def test_pg_shapes_dtype_device_and_seed(device):
-    b = torch.tensor([[1.0], [2.0], [0.5]], dtype=torch.float32, device=device)
-    c = torch.tensor([0.0, 3.0], dtype=torch.float32, device=device)
-    d = PolyaGamma(b, c)
-    assert d.batch_shape == (3, 2) and d.has_rsample is False
-    pyro.set_rng_seed(11)
-    s1 = d.sample((4,))
-    pyro.set_rng_seed(11)
-    s2 = d.sample((4,))
-    s3 = d.sample((4,))
-    assert s1.shape == (4, 3, 2) and s1.dtype == torch.float32 and s1.device == b.device
-    assert torch.equal(s1, s2) and not torch.equal(s2, s3) and (s1 > 0).all()
-    assert d.sample().shape == (3, 2)
-    assert PolyaGamma(1.0, 0.0).sample((7,)).shape == (7,)
-    lp = d.log_prob(s1)
-    assert lp.shape == (4, 3, 2) and lp.device == b.device and torch.isfinite(lp).all()
-    assert d.mean.shape == (3, 2) and d.variance.device == b.device
-    assert d.expand((5, 3, 2)).sample().shape == (5, 3, 2)
-
-
-def test_pg_log_prob_matches_package_and_tilt():
-    polyagamma = pytest.importorskip("polyagamma")
-    x = np.array([0.05, 0.2, 0.7, 1.5])
-    for b, c in [(1.0, 0.0), (2.0, 3.0), (0.7, -1.5)]:
-        got = PolyaGamma(torch.tensor(b, dtype=F64), torch.tensor(c, dtype=F64)).log_prob(torch.tensor(x))
-        ref = polyagamma.polyagamma_pdf(x, h=b, z=c, return_log=True)
-        assert np.allclose(got.numpy(), ref, rtol=1e-12, atol=1e-12)
-
-
-def test_pg_log_prob_differentiable_in_c():
-    c = torch.tensor(1.3, dtype=F64, requires_grad=True)
-    x = torch.tensor(0.2, dtype=F64)
-    PolyaGamma(torch.tensor(1.0, dtype=F64), c).log_prob(x).backward()
-    # d/dc [b log cosh(c/2) - c^2 x / 2] = (b/2) tanh(c/2) - c x
-    assert c.grad.item() == pytest.approx(0.5 * math.tanh(0.65) - 1.3 * 0.2, rel=1e-12)
-
-
-@pytest.mark.parametrize("b", [0.0, -1.0, float("nan")])
-def test_pg_argument_validation(b):
-    with pytest.raises(ValueError):
-        PolyaGamma(torch.tensor(b), torch.tensor(0.0))
-    with pytest.raises(ValueError):
-        PolyaGamma(1.0, 0.0).log_prob(torch.tensor(-0.5))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# N-GIG (Table 1)
-# ----------------------------------------------------------------------------------------------------------
-
-
-def test_table1_constructors_use_the_right_gig_parameters():
-    st = student_t_mixing(torch.tensor(3.0, dtype=F64), 2.0)
-    assert st.nu.item() == -1.5 and st.delta.item() == pytest.approx(2 * math.sqrt(3)) and st.lam.item() == 0
-    ig = inverse_gamma_mixing(-2.5, 1.0)
-    assert ig.lam.item() == 0.0 and ig.nu.item() == -2.5
-    lap = laplace_mixing(torch.tensor(2.0, dtype=F64))
-    assert (lap.nu.item(), lap.delta.item(), lap.lam.item()) == (1.0, 0.0, 2.0)
-    ng = normal_gamma_mixing(0.3, 1.0)
-    assert ng.delta.item() == 0.0 and ng.nu.item() == pytest.approx(0.3)
-    nig = normal_inverse_gaussian_mixing(torch.tensor(1.5, dtype=F64), 2.0)
-    assert nig.nu.item() == -0.5  # Table 1 prints +1/2; App. E.1 case 3 (inverse Gaussian) is -1/2
-    # the inverse-Gaussian moments of App. E.1: E[x] = delta/lam, E[1/x] = lam/delta + 1/delta^2
-    assert nig.mean.item() == pytest.approx(1.5 / 2.0, rel=1e-14)
-    assert nig.mean_reciprocal.item() == pytest.approx(2.0 / 1.5 + 1 / 1.5**2, rel=1e-14)
-
-
-NGIG_CASES = [
-    ("student_t", (-1.5, 0.8, 0.0)),
-    ("laplace", (1.0, 0.0, 1.3)),
-    ("normal_gamma", (2.0, 0.0, 0.9)),
-    ("normal_gamma_spiky", (0.3, 0.0, 0.9)),
-    ("nig", (-0.5, 1.2, 0.7)),
-    ("generic", (0.3, 1.2, 0.7)),
-    ("large_order", (-30.0, 4.0, 0.5)),
-]
-
-
-@pytest.mark.parametrize("name,params", NGIG_CASES)
-def test_ngig_marginal_matches_numerical_mixture_integral(name, params):
-    nu, delta, lam = params
-    tau = 1.7
-    mix = gig(nu, delta, lam)
-    ws = [0.3, 2.5, -6.0] + ([0.0] if nu > 0.5 or delta > 0 else [])
-    for w in ws:
-
-        def log_integrand(t, w=w):
-            x = torch.exp(t)
-            return mix.log_prob(x) + t - 0.5 * w * w / (tau * x) - 0.5 * torch.log(2 * math.pi * tau * x)
-
-        ref = simpson_exp(log_integrand, -60.0, 15.0, n=200_001)
-        got = ngig_marginal_log_prob(torch.tensor(w, dtype=F64), nu, delta, lam, tau).item()
-        assert got == pytest.approx(math.log(ref), abs=1e-8), (name, w)
-
-
-def test_ngig_marginals_match_named_closed_forms():
-    w = torch.linspace(-8.0, 8.0, 33, dtype=F64)
-    tau = 2.0
-    # Student-t (Table 1 col. 1): df = -2 nu, scale = delta / sqrt(-2 nu)
-    lp = ngig_marginal_log_prob(w, -2.5, 1.1, 0.0, tau)
-    ref = stats.t(df=5.0, scale=1.1 * math.sqrt(tau) / math.sqrt(5.0)).logpdf(w.numpy())
-    assert np.allclose(lp.numpy(), ref, rtol=1e-12)
-    st = student_t_marginal(*t64(-2.5, 1.1, tau))
-    assert torch.allclose(st.log_prob(w), lp, rtol=1e-12)
-    # Laplace (col. 2): scale sqrt(tau) / lam
-    lp = ngig_marginal_log_prob(w[w != 0], 1.0, 0.0, 1.3, tau)
-    ref = stats.laplace(scale=math.sqrt(tau) / 1.3).logpdf(w[w != 0].numpy())
-    assert np.allclose(lp.numpy(), ref, rtol=1e-12)
-    assert torch.allclose(laplace_marginal(*t64(1.3, tau)).log_prob(w[w != 0]), lp, rtol=1e-12)
-    # NIG (col. 4, nu = -1/2): scipy.stats.norminvgauss(a = lam*delta, b = 0, scale = delta)
-    delta, lam = 1.2, 0.7
-    lp = normal_inverse_gaussian_marginal_log_prob(w, delta, lam)
-    ref = stats.norminvgauss(a=lam * delta, b=0.0, scale=delta).logpdf(w.numpy())
-    assert np.allclose(lp.numpy(), ref, rtol=1e-12)
-    # ... which differs from the App. E.1 display (lam/pi) e^lam (delta^2+w^2)^(-1/2) K_1(lam/delta sqrt(.))
-    r = np.sqrt(delta**2 + w.numpy() ** 2)
-    paper = np.log(lam / math.pi) + lam - np.log(r) + np.log(special.kv(1, lam / delta * r))
-    assert not np.allclose(paper, ref, rtol=1e-3)
-    r1 = np.sqrt(1.0 + w.numpy() ** 2)  # ... except at delta = 1
-    paper1 = np.log(lam / math.pi) + lam - np.log(r1) + np.log(special.kv(1, lam * r1))
-    assert np.allclose(paper1, normal_inverse_gaussian_marginal_log_prob(w, 1.0, lam).numpy(), rtol=1e-12)
-    # normal-gamma (col. 3) at nu = 1 is the Laplace
-    lp = normal_gamma_marginal_log_prob(w[w != 0], 1.0, 1.3)
-    assert np.allclose(lp.numpy(), stats.laplace(scale=1 / 1.3).logpdf(w[w != 0].numpy()), rtol=1e-12)
-
-
-@pytest.mark.parametrize(
-    "name,mixing,ref_logpdf",
-    [
-        (
-            "student_t",
-            lambda: student_t_mixing(torch.tensor(3.0, dtype=F64), 0.5),
-            stats.t(df=3, scale=0.5).logpdf,
-        ),
-        (
-            "laplace",
-            lambda: laplace_mixing(torch.tensor(1.3, dtype=F64)),
-            stats.laplace(scale=1 / 1.3).logpdf,
-        ),
-        (
-            "nig",
-            lambda: normal_inverse_gaussian_mixing(torch.tensor(1.2, dtype=F64), 0.7),
-            stats.norminvgauss(a=0.84, b=0.0, scale=1.2).logpdf,
-        ),
-        ("normal_gamma", lambda: normal_gamma_mixing(torch.tensor(2.0, dtype=F64), 0.9), None),
-    ],
-)
-def test_ngig_scale_mixture_samples_match_marginal_cdf(name, mixing, ref_logpdf):
-    """Monte Carlo w = sqrt(psi) z, psi from the Table 1 mixing distribution, vs the closed-form marginal.
-
-    scipy's Student-t / Laplace / NIG densities (N-GIG closed form for normal-gamma); KS on a tabulated CDF.
-    """
-    pyro.set_rng_seed(5)
-    mix = mixing()
-    w = NormalGIG(mix.nu, mix.delta, mix.lam).sample((6000,)).numpy()
-    grid = np.linspace(-400.0, 400.0, 400_001)
-    if ref_logpdf is None:
-        logpdf = ngig_marginal_log_prob(torch.tensor(grid), mix.nu, mix.delta, mix.lam).numpy()
-    else:
-        logpdf = ref_logpdf(grid)
-    table = integrate.cumulative_trapezoid(np.exp(logpdf), grid, initial=0.0)
-    assert table[-1] == pytest.approx(1.0, abs=1e-3)  # Student-t(3) tails beyond +-400 hold ~1e-6
-    assert stats.kstest(w, lambda v: np.interp(v, grid, table / table[-1])).pvalue > P_MIN
-
-
-def test_normal_gig_distribution_interface():
-    d = NormalGIG(torch.tensor([-1.5, -0.5], dtype=F64), torch.tensor([1.0, 1.2], dtype=F64), 0.7, tau=2.0)
-    assert d.batch_shape == (2,)
-    s = d.sample((3,))
-    assert s.shape == (3, 2)
-    assert torch.allclose(d.variance, 2.0 * d.mixing.mean)
-    assert torch.isfinite(d.log_prob(s)).all()
-    with pytest.raises(ValueError):
-        NormalGIG(1.0, 1.0, 1.0, tau=-1.0)
-
-
-def test_distributions_work_inside_a_pyro_model():
-    """Eqs. (5)-(7) and (8) as a Pyro model: GIG local/global scales, N(0, tau psi) weights, PG latents."""
-
-    def model():
-        tau = pyro.sample("tau", GeneralizedInverseGaussian(*t64(-1.5, 1.0, 0.0)))
-        with pyro.plate("weights", 6):
-            psi = pyro.sample("psi", GeneralizedInverseGaussian(*t64(-0.5, 1.0, 2.0)))
-            pyro.sample("w", pyro.distributions.Normal(0.0, torch.sqrt(tau * psi)))
-            pyro.sample("omega", PolyaGamma(*t64(1.0, 0.0)))
-        pyro.sample("v", NormalGIG(*t64(1.0, 0.0, 1.3)), obs=torch.tensor(0.4, dtype=F64))
-
-    tr = pyro.poutine.trace(model).get_trace()
-    tr.compute_log_prob()
-    assert tr.nodes["psi"]["value"].shape == (6,) and tr.nodes["omega"]["value"].shape == (6,)
-    assert math.isfinite(tr.log_prob_sum().item())
