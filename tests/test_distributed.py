@@ -173,8 +173,9 @@ def test_more_cuda_ranks_than_gpus_is_refused_before_spawning():
         fit(model, guide, x, y, steps=1, nproc=2, progress=False, device="cuda")
 
 
-def test_cli_fit_nproc_2_equals_nproc_1(tmp_path, capsys):
-    """``zoo fit bowtie --nproc 2``: the same metrics as one process, only the run files written."""
+def test_cli_fit_nproc_2_equals_nproc_1(tmp_path, capsys, data_dir):
+    """``zoo fit bowtie --nproc 2``: the same metrics as one process, only the run files written (boston
+    comes from the data root: without one the test skips, saying why)."""
     import json
 
     from zoo.experiments.cli import main
