@@ -318,7 +318,7 @@ class SpikeSlabPrior(Prior):
 
         The sufficient-statistic form of :meth:`inclusion_dist` + :meth:`slab_dist` (``Σγ logit ψ + n log(1-ψ)
         - Σθ²/(2σ²) - n/2 log(2πσ²)``): two reductions instead of elementwise densities, which is what
-        closed-form-KL guides use to cancel the model's score exactly (tests/test_lbbnn.py checks the
+        closed-form-KL guides use to cancel the model's score exactly (tests/test_lbbnn_elbo.py checks the
         cancellation to 1e-8).
         """
         dims = tuple(range(-len(spec.shape), 0))
