@@ -63,7 +63,8 @@ def _readable():
 
 def _pages() -> list[Path]:
     return [
-        p for p in DOCS.rglob("*.md")
+        p
+        for p in DOCS.rglob("*.md")
         if not any(p.relative_to(DOCS).as_posix().startswith(g) for g in GENERATED)
     ]
 
@@ -129,8 +130,16 @@ def test_api_reference_covers_every_public_module(tmp_path):
     _needs_sphinx()
     index = (DOCS / "api" / "index.md").read_text()
     assert re.search(r":recursive:\s*\n\s*\n\s*zoo\s*\n\s*guides", index)
-    cmd = [sys.executable, "-m", "sphinx.ext.autosummary.generate", "-o", str(tmp_path),
-           "-t", str(DOCS / "_templates"), str(DOCS / "api" / "index.md")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sphinx.ext.autosummary.generate",
+        "-o",
+        str(tmp_path),
+        "-t",
+        str(DOCS / "_templates"),
+        str(DOCS / "api" / "index.md"),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     generated = {p.stem for p in tmp_path.glob("*.rst")}

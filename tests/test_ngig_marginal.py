@@ -89,4 +89,3 @@ def test_activation_option() -> None:
     assert not torch.allclose(relu.architecture.forward(x, params).squeeze(-1), want)
     with pytest.raises(ValueError, match="activation"):
         build("ngig-bnn", 1, 1, "regression", hidden=(3,), activation="softsign")
-

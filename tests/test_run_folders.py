@@ -252,7 +252,6 @@ def test_a_previous_run_moved_aside_by_a_killed_writer_is_restored(tmp_path):
     assert remove_orphans(out) == [dead] and live.exists()
 
 
-
 def _full_disk_on_second_file(monkeypatch):
     """Make the second file staged by ``zoo.io`` hit a full disk; returns the real ``os.fdopen``."""
     real_fdopen, calls = os.fdopen, []
@@ -266,6 +265,7 @@ def _full_disk_on_second_file(monkeypatch):
 
     monkeypatch.setattr(zoo.io.os, "fdopen", fdopen)
     return real_fdopen
+
 
 def test_a_leaderboard_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     """``zoo bench`` writes ``leaderboard.{json,md,png}`` as one set: a full disk while writing the second

@@ -77,7 +77,13 @@ def test_the_horseshoes_gradient_noise_update_takes_a_student_t():
     """The paper's ``noise_update='gradient'`` runs with a Student-t likelihood (the default natural-gradient
     update: ``tests/test_student_t_noise.py``)."""
     model, guide, _ = build(
-        "reg-hs-bnn", 1, 1, "regression", hidden=[8], seed=0, student_t_df=4,
+        "reg-hs-bnn",
+        1,
+        1,
+        "regression",
+        hidden=[8],
+        seed=0,
+        student_t_df=4,
         guide_options={"noise_update": "gradient"},
     )
     x, y = _heavy(80, 6)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = '''
+TESTS = """
 import os
 
 
@@ -24,7 +24,7 @@ def test_that_fails_on_purpose():
 
 def test_with_device(device):
     assert os.environ["ZOO_DEVICE"] == "meta"
-'''
+"""
 
 
 def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
