@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
 import torch
+from pyro.distributions import constraints
+from pyro.nn import PyroModule, PyroParam
 from scipy import integrate
 
 from zoo.core.architectures import MLP
 from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.model import BayesianModel
+from zoo.core.prior import Prior
 from zoo.data import make_bowtie_toy
 from zoo.distributions import GeneralizedInverseGaussian
 from zoo.families.bowtie.model import BowtieModel
 from zoo.families.bowtie.prior import BowtieNoisePrior, NGIGPrior
+from zoo.families.horseshoe.prior import HorseshoePrior
 from zoo.families.lbbnn.prior import SpikeSlabPrior
 from zoo.priors import GaussianPrior
 
@@ -88,3 +96,89 @@ def simpson_exp(logf, lo, hi, n=40_001):
     lf = logf(t).numpy()
     top = lf.max()
     return math.exp(top) * integrate.simpson(np.exp(lf - top), x=t.numpy())
+
+
+# --------------------------------------------------------- the conformance kit's toys (zoo.testing tests)
+
+
+class ToyPrior(Prior):
+    """A correct prior: per layer a scale ``fc{l}.scale ~ LogNormal(0, 0.5)``, ``w ~ N(0, scale^2)``,
+    ``b ~ N(0, bias_scale^2)``; hyperparameters in buffers."""
+
+    def __init__(self, bias_scale: float = 1.0) -> None:
+        super().__init__()
+        self.register_buffer("bias_scale", torch.tensor(bias_scale))
+        self.register_buffer("spread", torch.tensor(0.5))
+
+    def layer_scale(self, layer: str) -> torch.Tensor:
+        zero = torch.zeros_like(self.spread)
+        return pyro.sample(f"{layer}.scale", dist.LogNormal(zero, self.spread))
+
+    def weight(self, s, scale: torch.Tensor) -> torch.Tensor:
+        scale = scale[..., None, None].expand(*scale.shape, *s.shape)
+        return pyro.sample(s.name, dist.Normal(torch.zeros_like(scale), scale).to_event(2))
+
+    def bias(self, s) -> torch.Tensor:
+        d = dist.Normal(torch.zeros_like(self.bias_scale), self.bias_scale).expand(s.shape).to_event(1)
+        return pyro.sample(s.name, d)
+
+    def sample_params(self, specs):
+        out = {}
+        for s in specs:
+            layer = s.name.rsplit(".", 1)[0]
+            out[s.name] = self.weight(s, self.layer_scale(layer)) if s.role == "weight" else self.bias(s)
+        return out
+
+
+def toy_param_key(name: str, what: str) -> str:
+    """The name of ``ToyGuide``'s parameter ``what`` (``loc``, ``sd``) of the site ``name``."""
+    return f"{name.replace('.', '_')}_{what}"
+
+
+class ToyGuide(PyroModule):
+    """A correct mean-field guide for a model whose only latents are its parameters (fixed noise)."""
+
+    def __init__(self, model: BayesianModel) -> None:
+        super().__init__()
+        ref = next(model.buffers())
+        self.specs = [s for s in model.specs if self.covers(s)]
+        g = torch.Generator().manual_seed(1)
+        for s in self.specs:
+            loc = 0.1 * torch.randn(s.shape, generator=g, dtype=ref.dtype).to(ref.device)
+            setattr(self, toy_param_key(s.name, "loc"), PyroParam(loc))
+            setattr(
+                self, toy_param_key(s.name, "sd"), PyroParam(torch.full_like(loc, 0.05), constraints.positive)
+            )
+
+    def covers(self, spec) -> bool:
+        return True
+
+    def factor(self, s) -> dist.Distribution:
+        loc, sd = getattr(self, toy_param_key(s.name, "loc")), getattr(self, toy_param_key(s.name, "sd"))
+        return dist.Normal(loc, sd).to_event(len(s.shape))
+
+    def forward(self, x, y=None, subsample=None):
+        for s in self.specs:
+            pyro.sample(s.name, self.factor(s))
+
+
+def toy_model(hidden=(3,)) -> BayesianModel:
+    """The model ``ToyGuide`` fits: a Gaussian-prior MLP on 2 inputs with fixed noise scale 0.5."""
+    return BayesianModel(MLP(2, hidden, 1), GaussianPrior(), GaussianLikelihood("fixed", scale=0.5))
+
+
+def hs_model() -> BayesianModel:
+    """A regularized-horseshoe MLP on 2 inputs, one hidden layer of 3, a Gamma(6, 6) noise precision."""
+    return BayesianModel(
+        MLP(2, (3,), 1), HorseshoePrior(regularized=True), GaussianLikelihood("gamma", 6.0, 6.0)
+    )
+
+
+def assert_breaks(cid: str, pattern: str, fn, *args, **kwargs) -> str:
+    """``fn(*args, **kwargs)`` fails the kit's contract ``cid`` with a message matching ``pattern``."""
+    with pytest.raises(AssertionError) as err:
+        fn(*args, **kwargs)
+    msg = str(err.value)
+    assert msg.startswith(f"[{cid}] "), msg
+    assert re.search(pattern, msg), msg
+    return msg
