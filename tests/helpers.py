@@ -10,6 +10,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from hypothesis import strategies as st
 from pyro.distributions import constraints
 from pyro.nn import PyroModule, PyroParam
 from scipy import integrate
@@ -182,3 +183,36 @@ def assert_breaks(cid: str, pattern: str, fn, *args, **kwargs) -> str:
     assert msg.startswith(f"[{cid}] "), msg
     assert re.search(pattern, msg), msg
     return msg
+
+
+# ------------------------------------------------------------------ the fuzz tests' hypothesis strategies
+
+
+def floats_without_subnormals(*args, **kwargs) -> st.SearchStrategy:
+    """``st.floats`` without subnormals (the test session flushes denormals: ``tests/conftest.py``)."""
+    return st.floats(*args, allow_subnormal=False, **kwargs)
+
+
+SHORT_TEXT = st.text(max_size=4)
+
+
+def not_a_dataset(s: str) -> bool:
+    """``s`` names no dataset of ``zoo.data``."""
+    from zoo.data import is_dataset_name
+
+    return not is_dataset_name(s)
+
+
+def _not_a_device(s: object) -> bool:
+    try:
+        return torch.device(s).type != "cpu"  # type: ignore[arg-type]
+    except Exception:
+        return True
+
+
+BAD_DEVICE = st.one_of(
+    st.sampled_from(["meta", "xla", "hpu", "cuda:99", "gpu", "", "cpu:x"]),
+    SHORT_TEXT.filter(_not_a_device),
+    st.integers(),
+    floats_without_subnormals(),
+)

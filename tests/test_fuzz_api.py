@@ -1,11 +1,10 @@
-"""Fuzzing the public entry points with random bad input (issue 22 item 8).
-
-Every example corrupts exactly one argument of an otherwise valid call of ``fit``, ``predict``, ``build``,
-``load``, a dataset constructor (``from_arrays``, ``load_table``, ``load_dataset``) or the command line
-(``main(argv)``).  The call must end in ``ValueError``/``TypeError`` whose message names the argument (API;
-``FileNotFoundError`` only for a path that does not exist) or in exit code 2 with one error line naming the
-flag (CLI), before any training: never another exception type, a crash, or a success.  Hypothesis runs
-derandomized (the same examples on every CI run) with a small example budget per entry point.
+"""Fuzzing the Python API with random bad input (issue 22 item 8): every example corrupts exactly one argument
+of an otherwise valid call of ``fit``, ``predict``, ``resume``, ``build``, ``load`` or a dataset constructor
+(``from_arrays``, ``load_table``, ``load_dataset``), and the call must end, before any training, in
+``ValueError``/``TypeError`` whose message names the argument (``FileNotFoundError`` only for a path that does
+not exist): never another exception type, a crash, or a success. The ground truth is the valid call each
+example is one argument away from; Hypothesis runs derandomized (the same examples on every CI run) with a
+small example budget per entry point.
 """
 
 from __future__ import annotations
@@ -20,8 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zoo
-from zoo.experiments.cli import main
 from zoo.infer.predict import predict as infer_predict
+
+from .helpers import BAD_DEVICE as _bad_device
+from .helpers import SHORT_TEXT as _text
+from .helpers import floats_without_subnormals as _floats
+from .helpers import not_a_dataset as _not_a_dataset
 
 FUZZ = settings(
     max_examples=60,
@@ -31,11 +34,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 D = 3  # input features of every valid call
-
-
-def _floats(*args, **kwargs) -> st.SearchStrategy:
-    """``st.floats`` without subnormals (the test session flushes denormals: ``tests/conftest.py``)."""
-    return st.floats(*args, allow_subnormal=False, **kwargs)
 
 
 def _names(error: BaseException, name: str) -> None:
@@ -50,19 +48,12 @@ def _data(n: int = 12, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return x, x.sum(1) + 0.1 * torch.randn(n, generator=g)
 
 
-def _not_a_dataset(s: str) -> bool:
-    from zoo.data import is_dataset_name
-
-    return not is_dataset_name(s)
-
-
 _MFVI_GUIDES = tuple(zoo.get_entry("mfvi-bnn").guides)
 
 # ----------------------------------------------------------------------------------------------------
 # strategies of bad values
 # ----------------------------------------------------------------------------------------------------
 
-_text = st.text(max_size=4)
 _junk = st.one_of(
     st.none(), _text, st.lists(st.integers(), max_size=2), st.dictionaries(_text, _text, max_size=1)
 )
@@ -86,21 +77,6 @@ def _not_positive_float() -> st.SearchStrategy:
 
 def _bad_seed() -> st.SearchStrategy:
     return st.one_of(st.integers(max_value=-1), st.integers(min_value=2**32), _floats(), st.booleans(), _junk)
-
-
-def _not_a_device(s: object) -> bool:
-    try:
-        return torch.device(s).type != "cpu"  # type: ignore[arg-type]
-    except Exception:
-        return True
-
-
-_bad_device = st.one_of(
-    st.sampled_from(["meta", "xla", "hpu", "cuda:99", "gpu", "", "cpu:x"]),
-    _text.filter(_not_a_device),
-    st.integers(),
-    _floats(),
-)
 
 
 @st.composite
@@ -409,111 +385,3 @@ def test_load_dataset_rejects_bad_names_and_splits(bad):
     with pytest.raises(Exception) as e:
         zoo.load_dataset(args["name"], args["split"])
     _names(e.value, name)
-
-
-# ----------------------------------------------------------------------------------------------------
-# the command line
-# ----------------------------------------------------------------------------------------------------
-
-_FLOATS_BAD = st.one_of(
-    st.sampled_from(["nan", "inf", "-inf", "x", "", "1,5"]), _floats(max_value=0).map(repr)
-)
-_INTS_BAD = st.one_of(
-    st.integers(max_value=0).map(str), st.sampled_from(["x", "1.5", "1e3", "", "0x10"]), _floats().map(repr)
-)
-_CLI_BAD = st.one_of(
-    st.tuples(st.just("--seed"), st.one_of(st.integers(max_value=-1), st.integers(min_value=2**32)).map(str)),
-    st.tuples(st.just("--seed"), st.sampled_from(["1e20", "x", "1.0", ""])),
-    st.tuples(st.just("--lr"), _FLOATS_BAD),
-    st.tuples(st.just("--steps"), _INTS_BAD),
-    st.tuples(st.just("--batch-size"), _INTS_BAD),
-    st.tuples(st.just("--num-samples"), _INTS_BAD),
-    st.tuples(st.just("--threads"), _INTS_BAD),
-    st.tuples(st.just("--ensemble"), _INTS_BAD),
-    st.tuples(st.just("--zeta"), st.sampled_from(["nan", "inf", "-1", "x"])),
-    st.tuples(st.just("--split"), st.sampled_from(["-1", "x", "1.5"])),
-    st.tuples(st.just("--hidden"), st.sampled_from(["0", "-4", "x", "2.5"])),
-    st.tuples(st.just("--device"), _bad_device.map(str)),
-    st.tuples(st.just("--dataset"), _text.filter(lambda s: _not_a_dataset(s) and not s.startswith("-"))),
-    st.tuples(
-        st.just("--option"),
-        st.one_of(
-            st.sampled_from(["x", "=1", "1a=2", "weight_scale=nan", "weight_scale=-1"]),
-            st.sampled_from(["fan_in_scaling=maybe", "fan_in_scaling=2", "weight_scale=[1]"]),
-            st.from_regex(r"[a-z]{2,8}_[a-z]{2,5}=[0-9]", fullmatch=True),
-        ),
-    ),
-    st.tuples(st.just("--guide"), _text.filter(lambda s: s not in _MFVI_GUIDES and s[:1] != "-")),
-)
-
-
-@FUZZ
-@given(bad=_CLI_BAD)
-def test_cli_rejects_bad_arguments_with_exit_2(tmp_path_factory, capsys, monkeypatch, bad):
-    import zoo.experiments.runs as runs
-
-    def fitted(*args, **kwargs):
-        raise AssertionError(f"a fit started despite {bad}")
-
-    monkeypatch.setattr(runs, "fit_on_dataset", fitted)
-    flag, value = bad
-    out = tmp_path_factory.mktemp("cli") / "run"
-    argv = ["fit", "mfvi-bnn", "--dataset", "diabetes", "--steps", "1", "--no-progress", "--out", str(out)]
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        main([*argv, f"{flag}={value}"])
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert flag in lines[0] or flag.lstrip("-").upper() in lines[0], lines[0]
-    assert not out.exists()
-
-
-_SET_BAD = st.one_of(
-    st.tuples(
-        st.sampled_from(["steps", "batch_size", "posttrain_steps", "split"]),
-        st.sampled_from(["-1", "x", "1.5"]),
-    ),
-    st.tuples(
-        st.sampled_from(["num_samples", "batch_size", "ensemble"]), st.sampled_from(["0", "-3", "nan"])
-    ),
-    st.tuples(
-        st.sampled_from(["lr", "max_seconds", "posttrain_lr"]),
-        st.one_of(st.sampled_from(["nan", "inf", "-inf", "x", "0"]), _floats(max_value=0).map(repr)),
-    ),
-    st.tuples(
-        st.just("seed"),
-        st.one_of(st.sampled_from(["1e20", "x", "1.5", "true"]), st.integers(max_value=-1).map(str)),
-    ),
-    st.tuples(st.just("seed"), st.integers(min_value=2**32).map(str)),
-    st.tuples(st.sampled_from(["progress", "train_metrics"]), st.sampled_from(["maybe", "2", "", "nan"])),
-    st.tuples(st.just("device"), st.sampled_from(["meta", "xla", "cuda:99", "gpu", "7"])),
-    st.tuples(st.just("hidden"), st.sampled_from(["[0]", "[-1, 4]", "x", "[1.5]", "{}"])),
-    st.tuples(
-        st.sampled_from(["options", "guide_options", "fit_options"]), st.sampled_from(["1", "[1]", "x"])
-    ),
-    st.tuples(st.just("options"), st.sampled_from(['{"a": NaN}', '{"b": [Infinity]}'])),
-    st.tuples(st.just("zeta"), st.sampled_from(["nan", "-1", "inf", "x"])),
-    st.tuples(st.from_regex(r"[a-z]{2,8}_[a-z]{2,5}", fullmatch=True), st.just("1")),  # unknown setting
-)
-
-
-@FUZZ
-@given(bad=_SET_BAD)
-def test_cli_reproduce_rejects_bad_settings_with_exit_2(tmp_path_factory, capsys, monkeypatch, bad):
-    import zoo.experiments.reproduce as reproduce
-
-    def ran(*args, **kwargs):
-        raise AssertionError(f"the protocol started despite --set {bad}")
-
-    monkeypatch.setattr(reproduce, "run_protocol", ran)
-    key, value = bad
-    out = tmp_path_factory.mktemp("rep") / "rep"
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        main(["reproduce", "mfvi-uci", "--splits", "0", "--out", str(out), "--set", f"{key}={value}"])
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert "--set" in lines[0] and key.split("_")[0] in lines[0], lines[0]
-    assert not out.exists()
