@@ -10,11 +10,13 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from pyro.distributions import constraints
 from pyro.nn import PyroModule, PyroParam
 from scipy import integrate
 
+import zoo
 from zoo.core.architectures import MLP
 from zoo.core.likelihoods import GaussianLikelihood
 from zoo.core.model import BayesianModel
@@ -209,6 +211,18 @@ def _not_a_device(s: object) -> bool:
     except Exception:
         return True
 
+
+#: the fuzz tests' Hypothesis settings: a fixed, derandomized set of 60 examples per test, no example database
+FUZZ_SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+#: the registry guides of ``mfvi-bnn`` (a fuzzed guide name must not be one)
+MFVI_GUIDES = tuple(zoo.get_entry("mfvi-bnn").guides)
 
 BAD_DEVICE = st.one_of(
     st.sampled_from(["meta", "xla", "hpu", "cuda:99", "gpu", "", "cpu:x"]),

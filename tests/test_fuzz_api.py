@@ -15,24 +15,19 @@ import re
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import zoo
 from zoo.infer.predict import predict as infer_predict
 
 from .helpers import BAD_DEVICE as _bad_device
+from .helpers import FUZZ_SETTINGS as FUZZ
+from .helpers import MFVI_GUIDES as _MFVI_GUIDES
 from .helpers import SHORT_TEXT as _text
 from .helpers import floats_without_subnormals as _floats
 from .helpers import not_a_dataset as _not_a_dataset
 
-FUZZ = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 D = 3  # input features of every valid call
 
 
@@ -47,8 +42,6 @@ def _data(n: int = 12, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randn(n, D, generator=g)
     return x, x.sum(1) + 0.1 * torch.randn(n, generator=g)
 
-
-_MFVI_GUIDES = tuple(zoo.get_entry("mfvi-bnn").guides)
 
 # ----------------------------------------------------------------------------------------------------
 # strategies of bad values

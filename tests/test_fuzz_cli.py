@@ -9,26 +9,17 @@ Hypothesis runs derandomized (the same examples on every CI run) with a small ex
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-import zoo
 from zoo.experiments.cli import main
 
 from .helpers import BAD_DEVICE as _bad_device
+from .helpers import FUZZ_SETTINGS as FUZZ
+from .helpers import MFVI_GUIDES as _MFVI_GUIDES
 from .helpers import SHORT_TEXT as _text
 from .helpers import floats_without_subnormals as _floats
 from .helpers import not_a_dataset as _not_a_dataset
-
-FUZZ = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-
-_MFVI_GUIDES = tuple(zoo.get_entry("mfvi-bnn").guides)
 
 # ----------------------------------------------------------------------------------------------------
 # the command line
