@@ -31,6 +31,7 @@ __all__ = [
     "validate_fit",
     "check_out",
     "run_config",
+    "build_error_flag",
     "check_build",
     "check_conformal",
     "reproduce_args",
@@ -148,6 +149,26 @@ def _choice_options(a: argparse.Namespace) -> dict:
     return out
 
 
+def build_error_flag(error: Exception, options: dict | None, guide_options: dict | None) -> str:
+    """The command-line argument a build error is about, for its ``argument X:`` prefix: read from the
+    error's leading argument name (``options of M``, ``guide_options``, ``hidden``, ``guide``, ``task``), else
+    from which of ``--option`` / ``--guide-option`` were given; ``model`` when neither was (the entry's own
+    builder or guide factory failed on its defaults)."""
+    text = str(error)
+    prefixes = {
+        "options of": "--option",
+        "guide_options": "--guide-option",
+        "hidden": "--hidden",
+        "guide:": "--guide",
+        "task:": "--dataset",
+    }
+    for prefix, flag in prefixes.items():
+        if text.startswith(prefix):
+            return flag
+    given = [flag for flag, values in (("--option", options), ("--guide-option", guide_options)) if values]
+    return "/".join(given) if given else "model"
+
+
 def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds: Dataset) -> None:
     """Builder options are checked by building once (once per ``--likelihoods`` candidate), before anything
     is fitted or written."""
@@ -171,7 +192,7 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds: Data
                 **{**a.options, **lik},
             )
         except (TypeError, ValueError) as e:
-            flags = "--likelihoods/--option" if lik else "--option/--guide-option/--hidden"
+            flags = "--likelihoods/--option" if lik else build_error_flag(e, a.options, a.guide_options)
             parser.error(f"argument {flags}: {e}")
     if getattr(a, "prune", None):
         check_prune(parser, a, ds, model, guide)
