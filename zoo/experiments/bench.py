@@ -7,7 +7,11 @@ checked before any training (:meth:`BenchPlan.preflight`: every dataset loads, e
 options are valid).  :func:`run_fits` runs them with the per-fit journal of ``zoo reproduce``
 (:mod:`zoo.experiments.journal`): ``DIR/bench.partial.jsonl`` while running, ``DIR/bench.json``
 (signature + rows) when done.  The same plan in the same folder resumes (or, finished, refits nothing);
-another plan there is refused.
+another plan there is refused before any fit, naming what changed.  The plan includes each model's options
+with defaults filled in and a plugin's file and content hash (:mod:`zoo.experiments.bench_identity`): the
+same name from an edited or another plugin file is another bench, and so is a record of signature version 1
+(older zoo, without these).  A resumed bench's ``wall_seconds`` adds this run's time to the earlier ones
+(:func:`earlier_wall_seconds`).
 
 Fit settings under a suite: the suite's hidden widths (``()`` for an entry whose default architecture has
 none, a linear model); SVI guides get the budget's steps, learning rate and batch size, closed-form CAVI
@@ -20,6 +24,7 @@ fit runs from one start (``fit_options={"starts": [{}]}``), whatever starts the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -35,9 +40,11 @@ from zoo.experiments.bench_fit import (
     input_selection,  # noqa: F401 (re-exported: the one fit lives in bench_fit)
     load_bench_dataset,
 )
+from zoo.experiments.bench_identity import SIGNATURE_VERSION, check_version, journal_signature, spec_identity
+from zoo.experiments.bench_identity import describe_difference as describe_signature_difference
 from zoo.experiments.config import RunConfig
 from zoo.experiments.dispatch import DispatchConfig
-from zoo.experiments.journal import JournalMismatch, describe_difference, read_journal, run_journaled
+from zoo.experiments.journal import JournalMismatch, read_journal, run_journaled
 from zoo.experiments.runs import dumps_json
 from zoo.experiments.suites import Suite
 from zoo.io import atomic_write_many
@@ -146,10 +153,17 @@ class BenchPlan:
         return self.steps is not None or self.effective_splits != tuple(self.suite.splits)
 
     def signature(self) -> dict:
+        """What a resume must find unchanged: the suite, the specs as given and as resolved (options with
+        their defaults, plugin identity: :func:`~zoo.experiments.bench_identity.spec_identity`), splits,
+        seeds, steps and table options.
+
+        Raises:
+            ValueError, TypeError: a spec's options are not valid for its entry (naming the spec)."""
         return {
-            "bench": 1,
+            "bench": SIGNATURE_VERSION,
             "suite": self.suite.identity(),
             "specs": [s.to_dict() for s in self.specs],
+            "models": [spec_identity(s) for s in self.specs],
             "splits": list(self.effective_splits),
             "seeds": self.seeds,
             "steps": self.steps,
@@ -269,26 +283,42 @@ class BenchPlan:
 
 def check_out(out: Path, signature: dict) -> dict:
     """Rows already done for ``signature`` in ``out`` (``DIR/bench.json`` or the journal); ``{}`` for a new
-    folder.  Raises :class:`JournalMismatch` when ``out`` holds another bench, ``ValueError`` when it holds
-    a leaderboard without a bench record or is not a folder."""
-    import json
-
+    folder.  Raises :class:`JournalMismatch` when ``out`` holds another bench (naming what differs) or one
+    recorded under another signature version, ``ValueError`` when it holds a leaderboard without a bench
+    record or is not a folder."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {str(out)!r} exists and is not a directory")
     record = out / BENCH_FILE
     if record.exists():
         doc = json.loads(record.read_text())
-        if doc.get("signature") != json.loads(json.dumps(signature)):
-            diff = describe_difference(doc.get("signature"), signature)
+        found = doc.get("signature")
+        check_version(found, f"out: {str(out)!r}")
+        if found != json.loads(json.dumps(signature)):
+            diff = describe_signature_difference(found, signature)
             raise JournalMismatch(f"out: {str(out)!r} holds another bench ({diff}); choose another --out")
         return {row_key(r): r for r in doc.get("rows", [])}
     if (out / "leaderboard.json").exists():
         raise ValueError(f"out: {str(out)!r} holds a leaderboard but no {BENCH_FILE}; choose another --out")
+    journal = out / JOURNAL_FILE
+    found = journal_signature(journal)
+    check_version(found, f"out: {str(out)!r} (unfinished)")
     try:
-        return read_journal(out / JOURNAL_FILE, signature, row_key)
-    except JournalMismatch as e:
-        msg = f"out: {str(out)!r} holds another, unfinished bench: {e}; choose another --out"
+        return read_journal(journal, signature, row_key)
+    except JournalMismatch:
+        diff = describe_signature_difference(found, signature)
+        msg = f"out: {str(out)!r} holds another, unfinished bench ({diff}); choose another --out"
         raise JournalMismatch(msg) from None
+
+
+def earlier_wall_seconds(out: Path, done: Mapping) -> float:
+    """Wall time already spent on the rows ``done`` in ``out``: a finished record's ``wall_seconds``, else
+    (rows recovered from an interrupted run's journal) the sum of their ``total_seconds``."""
+    record = out / BENCH_FILE
+    if record.exists():
+        wall = json.loads(record.read_text()).get("wall_seconds")
+        if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+            return float(wall)
+    return float(sum(float(r.get("total_seconds") or 0.0) for r in done.values()))
 
 
 def _progress(row: dict, n: int, total: int) -> None:
@@ -331,6 +361,7 @@ def run_fits(
     out = Path(out_dir)
     signature = plan.signature()
     done = check_out(out, signature)
+    earlier = earlier_wall_seconds(out, done)
     tasks = plan.tasks() if tasks is None else list(tasks)
     if progress and done:
         logger.info("resuming: %d of %d fits found in %s", len(done), len(tasks), out)
@@ -348,7 +379,8 @@ def run_fits(
         on_row=_progress if progress else None,
     )
     rows = [results[t.key] for t in tasks]
-    doc = {"signature": signature, "wall_seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+    wall = earlier + time.perf_counter() - t0  # a resumed bench keeps the time of the rows it reuses
+    doc = {"signature": signature, "wall_seconds": round(wall, 1), "rows": rows}
     if finalize:
         write_bench(out, doc)
     return doc

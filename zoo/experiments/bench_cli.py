@@ -47,8 +47,22 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_dispatch_arguments(b)  # --backend {loky,dask,ray} --address
     b.add_argument("--steps", type=int, default=None, help="override the budget (smoke run, off budget)")
     b.add_argument("--splits", default=None, help="e.g. 0-0 or 0,2 (smoke run unless the suite's own)")
-    for flag, what in (("--option", "model builder"), ("--guide-option", "guide")):
-        b.add_argument(flag, action="append", default=[], metavar="KEY=VALUE", help=f"{what} option (JSON)")
+    b.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model builder option (repeatable), e.g. --option regularized=false; values parse by the "
+        "option's type (booleans: true/false, yes/no, 1/0), else as JSON",
+    )
+    b.add_argument(
+        "--guide-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="guide option (repeatable), e.g. --guide-option init_sd=1e-3; values parse by the guide "
+        "factory's annotated type, else as JSON",
+    )
     b.add_argument("--dataset", default=None, help="own data instead of a suite: csv:PATH or npz:PATH")
     b.add_argument(
         "--against",
@@ -162,7 +176,11 @@ def _plan(parser: argparse.ArgumentParser, a: argparse.Namespace):
         plugins=plugins,
     )
     try:
-        check_out(Path(a.out), plan.signature())
+        signature = plan.signature()  # the specs' resolved options: bad ones are refused here
+    except (TypeError, ValueError) as e:
+        parser.error(f"argument SPEC/--option/--guide-option: {e}")
+    try:
+        check_out(Path(a.out), signature)
     except (JournalMismatch, ValueError) as e:
         parser.error(f"argument --out: {e}")
     try:
