@@ -91,3 +91,33 @@ def test_list_matrix_names_the_plugin_entries_it_does_not_cover(capsys):
     out = capsys.readouterr().out
     assert "plugin entries, not in the matrix" in out
     assert "dl-bnn (meanfield, normal, flow)" in out
+
+
+def test_a_builder_returning_something_else_than_a_model_is_named(tmp_path, capsys):
+    plugin = tmp_path / "tuple_builder_plugin.py"
+    plugin.write_text(
+        "import zoo\n"
+        "from guides.autoguides import autoguide_factory\n"
+        "def build(in_features, out_features, task, hidden, **opts):\n"
+        "    m = zoo.build('mfvi-bnn', in_features, out_features, task, hidden=hidden)[0]\n"
+        "    return m, None\n"
+        "zoo.register(zoo.ModelEntry(name='tuple-builder', summary='returns a pair', build=build,\n"
+        "    tasks=('regression',),\n"
+        "    guides={'normal': autoguide_factory('normal')}, default_hidden=(4,)))\n"
+    )
+    with pytest.raises(SystemExit) as e:
+        main(
+            [
+                "--plugin",
+                str(plugin),
+                "fit",
+                "tuple-builder",
+                "--dataset",
+                "diabetes",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument model: the builder of tuple-builder must return a zoo BayesianModel, got tuple" in err

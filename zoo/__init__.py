@@ -62,6 +62,7 @@ _API: dict[str, str] = {
     "TableOptions": "zoo.data",
     "ModelEntry": "zoo.experiments.registry",
     "register": "zoo.experiments.registry",
+    "register_guide": "zoo.experiments.registry",
     "build": "zoo.experiments.registry",
     "get_entry": "zoo.experiments.registry",
     "available": "zoo.experiments.registry",

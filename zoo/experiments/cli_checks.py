@@ -193,7 +193,7 @@ def check_build(parser: argparse.ArgumentParser, a: argparse.Namespace, ds: Data
             )
         except (TypeError, ValueError) as e:
             flags = "--likelihoods/--option" if lik else build_error_flag(e, a.options, a.guide_options)
-            parser.error(f"argument {flags}: {e}")
+            parser.error(f"argument {flags}: {str(e).removeprefix('model: ')}")
     if getattr(a, "prune", None):
         check_prune(parser, a, ds, model, guide)
     if getattr(a, "conformal", None) is not None or getattr(a, "conformal_folds", None) is not None:

@@ -8,7 +8,9 @@ A plugin is a Python file or module that registers one or more entries with
     register(ModelEntry(name="my-bnn", summary="...", build=build, guides={"normal": my_guide_factory}))
 
 where ``build(in_features, out_features, task, hidden, **options)`` returns a
-:class:`~zoo.core.model.BayesianModel` and each guide factory maps the model to a guide.
+:class:`~zoo.core.model.BayesianModel` and each guide factory maps the model to a guide.  A plugin may also
+(or only) add guides to models registered already, ``zoo.register_guide("mfvi-bnn", "mine", factory)``
+(:func:`zoo.experiments.registry.register_guide`); it then owns those guides.
 
 **Two ways to register** (the loader supports both):
 
@@ -21,7 +23,8 @@ where ``build(in_features, out_features, task, hidden, **options)`` returns a
 **Three ways to load one**:
 
 * ``zoo ... --plugin path/to/my_plugin.py`` / :func:`load_plugin` with a file path: the file is imported as
-  the module ``my_plugin`` (its stem; a plugin should be self-contained or import installed packages);
+  the module ``my_plugin`` (its stem).  Its folder is not put on ``sys.path``: a plugin file is
+  self-contained or imports installed packages (or modules on ``PYTHONPATH``), not a sibling file;
 * ``--plugin my_package.models`` / :func:`load_plugin` with a dotted module name on ``sys.path``;
 * an installed distribution declaring an entry point in the group ``pyro_bnn_zoo.models``
   (:data:`zoo.experiments.registry.ENTRY_POINT_GROUP`), loaded with the zoo's own models by
@@ -33,17 +36,20 @@ where ``build(in_features, out_features, task, hidden, **options)`` returns a
 **Identity.** A plugin is identified by its module name (a file's stem, the dotted name, or the module of an
 entry point's value).  Registering a name its own module already registered is a no-op (logged at INFO
 "already loaded"), so the same plugin can be both installed and given with ``--plugin``, in either order,
-and loading a file twice does nothing.  A name registered by the zoo or by another plugin is a clash.
+and loading a file twice does nothing.  A name registered by the zoo or by another plugin is a clash, and so
+is a second, different file with the same name (``a/my_plugin.py`` after ``b/my_plugin.py``): rename one.
 
 **Origin.** Each entry of a plugin records where it came from (:attr:`ModelEntry.plugin`: the file's
 absolute path, the module name, or ``entry-point:<distribution>``); :func:`zoo.registry.build` writes it into
 the spec that checkpoints store, and rebuilding a spec whose plugin is not loaded raises a ``ValueError``
-saying what to import (``load_plugin(P)`` / ``--plugin P``) or which distribution to install.
+saying what to import (``load_plugin(P)`` / ``--plugin P``) or which distribution to install; a guide a
+plugin added to another model is recorded (``guide_plugin``) and checked the same way.
 
 **Errors** are :class:`PluginError` (a ``ValueError``) naming the file, module or entry point: a path that
 does not exist, a plugin that fails to import (the message holds the original traceback), a name clash (the
-message names the owner), a plugin that registers nothing.  Whatever a failing plugin registered before it
-failed is removed again.  On the command line they are usage errors (exit 2) before anything is written.
+message names the owner), a second file under a loaded plugin's name, a plugin that registers nothing.
+Whatever a failing plugin registered before it failed is removed again.  On the command line they are usage
+errors (exit 2) before anything is written.
 """
 
 from __future__ import annotations
@@ -117,9 +123,25 @@ def _load_file(path: Path) -> list[str]:
     cached = sys.modules.get(identity)
     if cached is not None and _same_file(cached, path) and registry.plugin_names(identity):
         return registry.plugin_names(identity)  # this file is loaded already: a no-op
+    others = sorted(_loaded_files(identity) - {str(path)})
+    if others:
+        raise PluginError(
+            f"plugin: file {str(path)!r} has the module name {identity!r} of the plugin already loaded from "
+            f"{others[0]!r}; a plugin is identified by its file name without .py: rename one of the files"
+        )
     return registry.run_plugin(
         PluginSource(identity, str(path)), lambda: _exec_file(identity, path), f"plugin file {str(path)!r}"
     )
+
+
+def _loaded_files(identity: str) -> set[str]:
+    """The files (absolute paths) the entries and guides of plugin module ``identity`` were loaded from."""
+    origins = set()
+    for name in registry.plugin_names(identity):
+        model, _, guide = name.partition(":")
+        entry = registry.get_entry(model)
+        origins.add(entry.guide_plugins[guide].origin if guide else entry.plugin)
+    return {o for o in origins if o is not None and os.path.isabs(o)}
 
 
 def _exec_file(identity: str, path: Path) -> types.ModuleType:

@@ -16,7 +16,9 @@ distributions (set ``ZOO_NO_ENTRY_POINTS=1`` to skip them), and ``zoo --plugin F
 :func:`zoo.experiments.plugins.load_plugin` loads one by hand.  While a plugin loads, :func:`register` stamps
 its entries with the plugin's origin (:attr:`ModelEntry.plugin`, recorded in every spec so a checkpoint
 says what to import) and its identity (the plugin's module name): a name registered again by the same
-identity is a no-op, by anyone else a clash naming both owners.
+identity is a no-op, by anyone else a clash naming both owners.  :func:`register_guide` adds a guide to a
+registered entry (a plugin calling it owns that guide).  Names follow :data:`NAME_RULE`; the entry type
+lives in :mod:`zoo.core.registry_entry`.
 """
 
 from __future__ import annotations
@@ -33,18 +35,28 @@ import os
 import pkgutil
 import traceback
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from zoo.core.build_seed import check_build_seed, mark_fresh, seeded_rng
-from zoo.core.config import Config
 from zoo.core.model import BayesianModel
+from zoo.core.registry_entry import (
+    FIXED_5000_STEPS,
+    MINIBATCH_SVI_DEFAULTS,
+    NAME_RULE,
+    ModelEntry,
+    PluginSource,
+    check_name,
+    same_ignoring_case,
+)
 from zoo.core.validation import check_widths
 
 __all__ = [
     "ModelEntry",
     "register",
+    "register_guide",
+    "check_name",
+    "NAME_RULE",
     "get_entry",
     "available",
     "build",
@@ -55,6 +67,8 @@ __all__ = [
     "PluginError",
     "PluginSource",
     "ENTRY_POINT_GROUP",
+    "MINIBATCH_SVI_DEFAULTS",
+    "FIXED_5000_STEPS",
     "loading_plugin",
     "run_plugin",
     "plugin_names",
@@ -70,65 +84,10 @@ class PluginError(ValueError):
     """A plugin cannot be loaded: missing file or module, import failure, name clash, nothing registered."""
 
 
-@dataclass(frozen=True)
-class PluginSource:
-    """The plugin being loaded: ``identity`` (its module name) and ``origin`` (what a spec records and a user
-    imports again: the file path, the module name, or ``entry-point:<distribution>``)."""
-
-    identity: str
-    origin: str
-
-
-#: Fit defaults of the minibatch SVI entries (``mfvi-bnn``, ``cm-``/``cv-``/``cmv-bnn``, ``ngig-bnn``): Adam
-#: at lr 1e-2 on minibatches of 512, 5000 steps but at least 700 epochs (``min_epochs``, see
-#: :func:`zoo.experiments.runs.default_steps`) -- the step count of the horseshoe's 175 epochs at batch 128,
-#: ``1.37 n`` steps for ``n`` training rows.  5000 steps left naval under-fitted: with the longer default the
-#: collapsed priors' test NLL there improves by over a nat and their RMSE falls about threefold (Tomczak et
-#: al. 2021's entries, splits 0-9; benchmarks/RESULTS.md).  Only sets larger than about 3600 training rows
-#: train longer (kin8nm, power, naval); on a set smaller than the batch a step is an epoch.
-MINIBATCH_SVI_DEFAULTS: Mapping[str, object] = {
-    "steps": 5000,
-    "min_epochs": 700,
-    "lr": 1e-2,
-    "batch_size": 512,
-    "optimizer": "adam",
-}
-#: 5000 steps whatever the size of the data: what the UCI protocols of Sheinkman & Wade (2025) and Tomczak
-#: et al. (2021) ran, pinned by ``mfvi-uci`` and ``collapsed-uci`` so their committed rows stay reproducible.
-FIXED_5000_STEPS: Mapping[str, object] = {"steps": 5000}
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    name: str
-    summary: str
-    build: Callable[..., BayesianModel]
-    guides: Mapping[str, Callable]
-    fit_defaults: Mapping[str, object] = field(default_factory=dict)
-    references: Sequence[str] = ()
-    tasks: Sequence[str] = ("regression", "binary", "multiclass")
-    default_hidden: Sequence[int] = (50,)
-    # Optional hooks: a fit function with :func:`zoo.infer.loop.fit`'s signature (multi-stage schedules,
-    # per-group learning rates), and extra metrics computed from a finished
-    # :class:`zoo.experiments.runs.RunOutput`.
-    fit_fn: Callable | None = None
-    extra_metrics: Callable | None = None
-    # The builder's options as a :class:`zoo.core.config.Config` dataclass: :func:`build` validates the
-    # ``**options`` against it (unknown keys and bad values are ``ValueError`` before anything is built).
-    options: type[Config] | None = None
-    # Set by the plugin loader (leave them None): where the entry comes from (a file path, a module name or
-    # ``entry-point:<distribution>``; :func:`build` records it in the spec) and the plugin's module name.
-    plugin: str | None = None
-    plugin_module: str | None = None
-
-    @property
-    def default_guide(self) -> str:
-        return next(iter(self.guides))
-
-
 FAMILIES_PACKAGE = "zoo.families"
 _REGISTRY: dict[str, ModelEntry] = {}
 _LOADED = False
+_LOADING = False  # the family modules are being imported
 _EP_LOADED: set[str] = set()  # entry points already loaded ("<dist>:<name>=<value>")
 _CURRENT: contextvars.ContextVar[PluginSource | None] = contextvars.ContextVar("zoo_plugin", default=None)
 
@@ -142,18 +101,26 @@ def load_plugins() -> None:
         PluginError: an installed entry point fails; the message names it and its distribution (it is
             tried again on the next call, so a broken plugin never disappears silently).
     """
-    global _LOADED
+    global _LOADED, _LOADING
     if not _LOADED:
-        _LOADED = True
-        for name in sorted(_family_modules()):
-            importlib.import_module(name)
-    if os.environ.get("ZOO_NO_ENTRY_POINTS", "").strip() not in ("", "0"):
-        return
+        _LOADED = _LOADING = True
+        try:
+            for name in sorted(_family_modules()):
+                importlib.import_module(name)
+        finally:
+            _LOADING = False
+    if _LOADING or os.environ.get("ZOO_NO_ENTRY_POINTS", "").strip() not in ("", "0"):
+        return  # a family looking a model up while the families load: the entry points come after them
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         key = f"{_dist_name(ep)}:{ep.name}={ep.value}"
-        if key not in _EP_LOADED:
+        if key in _EP_LOADED:
+            continue
+        _EP_LOADED.add(key)  # first: a plugin that looks a model up while it loads does not load itself again
+        try:
             load_entry_point(ep)
-            _EP_LOADED.add(key)
+        except BaseException:
+            _EP_LOADED.discard(key)  # tried again next time
+            raise
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
@@ -181,8 +148,23 @@ def loading_plugin(source: PluginSource) -> Iterator[None]:
 
 
 def plugin_names(identity: str) -> list[str]:
-    """The registered names owned by the plugin module ``identity``."""
-    return sorted(n for n, e in _REGISTRY.items() if e.plugin_module == identity)
+    """The registered names owned by the plugin module ``identity``: its models, and ``model:guide`` for
+    each guide it added to another plugin's or the zoo's model (:func:`register_guide`)."""
+    models = [n for n, e in _REGISTRY.items() if e.plugin_module == identity]
+    guides = [
+        f"{n}:{g}" for n, e in _REGISTRY.items() for g, s in e.guide_plugins.items() if s.identity == identity
+    ]
+    return sorted(models + guides)
+
+
+def _unregister(name: str) -> None:
+    """Remove a model, or the guide of ``model:guide`` (a plugin that failed to load)."""
+    model, _, guide = name.partition(":")
+    entry = _REGISTRY.get(model)
+    if entry is None or not guide:
+        _REGISTRY.pop(model, None)
+        return
+    _REGISTRY[model] = entry.without_guide(guide)
 
 
 def run_plugin(source: PluginSource, load: Callable[[], object], what: str, hint: str = "") -> list[str]:
@@ -203,8 +185,8 @@ def run_plugin(source: PluginSource, load: Callable[[], object], what: str, hint
             else:
                 raise TypeError(f"the value is a {type(obj).__name__}, not a module or a callable")
     except Exception as e:
-        for name in set(plugin_names(source.identity)) - before:  # no half-registered plugin
-            del _REGISTRY[name]
+        for name in sorted(set(plugin_names(source.identity)) - before, reverse=True):  # guides first
+            _unregister(name)  # no half-registered plugin
         if isinstance(e, PluginError):
             raise PluginError(f"{what}: {e}" + (f"; {hint}" if hint else "")) from e
         tb = "".join(traceback.format_exception(e)).rstrip()
@@ -213,8 +195,9 @@ def run_plugin(source: PluginSource, load: Callable[[], object], what: str, hint
     names = plugin_names(source.identity)
     if not names:
         raise PluginError(
-            f"{what} registered no model: call zoo.registry.register(ModelEntry(...)) at import or define a "
-            "register() function with no arguments" + (f"; {hint}" if hint else "")
+            f"{what} registered no model or guide: call zoo.registry.register(ModelEntry(...)) (or "
+            "register_guide) at import or define a register() function with no arguments"
+            + (f"; {hint}" if hint else "")
         )
     return names
 
@@ -230,39 +213,89 @@ def _family_modules() -> list[str]:
     ]
 
 
-def _owner(entry: ModelEntry) -> str:
-    if entry.plugin is not None:
-        return f"plugin {entry.plugin} (module {entry.plugin_module})"
-    module = getattr(entry.build, "__module__", None) or "?"
-    return f"the zoo ({module})" if module.startswith("zoo.") else f"module {module}"
-
-
 def register(entry: ModelEntry) -> ModelEntry:
     """Add ``entry`` to the registry and return it (as stored: while a plugin loads, stamped with its
     :attr:`~ModelEntry.plugin` origin and module).
 
     Raises:
-        ValueError: the name is already registered by someone else (the message names the owner), or the
-            entry has no guide.  The same plugin module registering its name again is a no-op.
+        ValueError: the name breaks :data:`NAME_RULE` or is already registered by someone else, also in
+            another case (the message names the owner); the entry has no guide or a guide name breaks the
+            rule.  The same plugin module registering its name again is a no-op.
+        TypeError: ``entry`` is not a :class:`ModelEntry`.
     """
+    if not isinstance(entry, ModelEntry):
+        raise TypeError(f"entry: expected a ModelEntry, got {type(entry).__name__}")
+    check_name("name", entry.name)
     if not entry.guides:
         raise ValueError("guides: an entry needs at least one guide")
+    for guide in entry.guides:
+        check_name(f"guides of {entry.name}", guide)
     source = _CURRENT.get()
     if source is not None and entry.plugin is None:
         entry = dataclasses.replace(entry, plugin=source.origin, plugin_module=source.identity)
     old = _REGISTRY.get(entry.name)
-    if old is not None:
-        if source is not None and old.plugin_module == source.identity:
-            logger.info("model %r of plugin %s: already loaded", entry.name, source.identity)
-            return old
-        by = f"plugin {source.origin} (module {source.identity})" if source is not None else _owner(entry)
-        error = PluginError if source is not None else ValueError
-        raise error(
-            f"name: a model called {entry.name!r} is already registered by {_owner(old)}; "
-            f"{by} cannot register it again (rename one of them)"
+    if old is not None and source is not None and old.plugin_module == source.identity:
+        logger.info("model %r of plugin %s: already loaded", entry.name, source.identity)
+        return old
+    other = entry.name if old is not None else same_ignoring_case(entry.name, _REGISTRY)
+    if other is not None:
+        by = f"plugin {source.origin} (module {source.identity})" if source is not None else entry.owner
+        what = (
+            f"a model called {other!r}" if other == entry.name else f"{other!r} ({entry.name!r} but for case)"
+        )
+        raise (PluginError if source is not None else ValueError)(
+            f"name: {what} is already registered by {_REGISTRY[other].owner}; {by} cannot register it "
+            "again (names are compared ignoring case; rename one of them)"
         )
     _REGISTRY[entry.name] = entry
     return entry
+
+
+def register_guide(model_name: str, guide_name: str, factory: Callable[..., Callable]) -> ModelEntry:
+    """Offer one more guide, ``factory(model, **guide_options) -> guide``, for the registered model
+    ``model_name``; returns the updated entry.
+
+    :func:`build` (``guide=guide_name``) and the command line (``--guide``, ``MODEL:GUIDE``) then offer it;
+    the default guide stays the entry's first.  Entries are immutable: the registry stores a copy whose
+    ``guides`` hold the new one.  Called while a plugin loads, the plugin owns the guide
+    (:attr:`ModelEntry.guide_plugins`, recorded in the spec of every build with it) and calling it again from
+    the same plugin is a no-op.
+
+    Raises:
+        ValueError: ``model_name`` is unknown (the message lists the known models); ``guide_name`` breaks
+            :data:`NAME_RULE` or the model already offers a guide of that name (also in another case).
+        TypeError: ``factory`` is not callable, or a name is not a string.
+    """
+    check_name("guide_name", guide_name)
+    if not callable(factory):
+        raise TypeError(f"factory: a guide factory must be callable, got {type(factory).__name__}")
+    if not isinstance(model_name, str):
+        raise TypeError(f"model_name: a model name must be a string, got {type(model_name).__name__}")
+    load_plugins()
+    source, entry = _CURRENT.get(), _REGISTRY.get(model_name)
+    if entry is None:
+        raise ValueError(_unknown_model("model_name", model_name))
+    owner = entry.guide_plugins.get(guide_name)
+    if source is not None and guide_name in entry.guides:
+        if source.identity in (getattr(owner, "identity", None), entry.plugin_module):
+            logger.info("guide %s:%s of plugin %s: already loaded", model_name, guide_name, source.identity)
+            return entry
+    other = guide_name if guide_name in entry.guides else same_ignoring_case(guide_name, entry.guides)
+    if other is not None:
+        by = f"plugin {owner.origin}" if owner is not None else entry.owner
+        raise (PluginError if source is not None else ValueError)(
+            f"guide_name: {model_name} already offers a guide {other!r} (from {by}); choose another name"
+        )
+    owned = source is not None and source.identity != entry.plugin_module  # not a guide of its own model
+    _REGISTRY[model_name] = entry.with_guide(guide_name, factory, source if owned else None)
+    return _REGISTRY[model_name]
+
+
+def _unknown_model(argument: str, name: str) -> str:
+    return (
+        f"{argument}: unknown model {name!r}; available: {', '.join(sorted(_REGISTRY))}; a plugin's model? "
+        "pass --plugin PATH (zoo.load_plugin(PATH) in Python) or install it"
+    )
 
 
 def available() -> list[str]:
@@ -275,7 +308,7 @@ def get_entry(name: str) -> ModelEntry:
         raise TypeError(f"model name must be a string, got {type(name).__name__}")
     load_plugins()
     if name not in _REGISTRY:
-        raise ValueError(f"model: unknown model {name!r}; available: {', '.join(available())}")
+        raise ValueError(_unknown_model("model", name))
     return _REGISTRY[name]
 
 
@@ -313,6 +346,10 @@ def build(
     guide_options = dict(guide_options or {})
     with seeded_rng(seed):
         model = entry.build(in_features, out_features, task, hidden, **options)
+        if not isinstance(model, BayesianModel):
+            raise TypeError(
+                f"model: the builder of {name} must return a zoo BayesianModel, got {type(model).__name__}"
+            )
         try:
             g = entry.guides[guide_name](model, **guide_options)
         except TypeError as e:
@@ -332,6 +369,8 @@ def build(
     }
     if entry.plugin is not None:
         spec["plugin"] = entry.plugin
+    if guide_name in entry.guide_plugins:
+        spec["guide_plugin"] = entry.guide_plugins[guide_name].origin
     if seed is not None:
         spec["seed"] = seed
     # the spec rides on the model, so a fit made through the API can be saved and reloaded without spec=
@@ -342,17 +381,15 @@ def build(
 
 
 def build_from_spec(spec: dict) -> tuple[BayesianModel, Callable]:
-    """Rebuild ``(model, guide)`` from a spec; a model from a plugin that is not loaded is a ``ValueError``
-    saying what to import."""
+    """Rebuild ``(model, guide)`` from a spec; a model or guide from a plugin that is not loaded is a
+    ``ValueError`` saying what to import."""
     load_plugins()
-    plugin = spec.get("plugin")
+    plugin, guide_plugin = spec.get("plugin"), spec.get("guide_plugin")
     if spec.get("model") not in _REGISTRY and plugin is not None:
-        if str(plugin).startswith("entry-point:"):
-            dist = str(plugin).split(":", 1)[1]
-            todo = f"install the distribution {dist!r} (it registers through an entry point)"
-        else:
-            todo = f"import it first (zoo.experiments.plugins.load_plugin({plugin!r}) / --plugin {plugin})"
-        raise ValueError(f"model: model {spec['model']!r} comes from plugin {plugin}: {todo}")
+        raise ValueError(f"model: model {spec['model']!r} comes from plugin {plugin}: {_todo(plugin)}")
+    if guide_plugin is not None and spec.get("guide") not in _REGISTRY[spec["model"]].guides:
+        what = f"guide {spec['guide']!r} of {spec['model']}"
+        raise ValueError(f"guide: {what} comes from plugin {guide_plugin}: {_todo(guide_plugin)}")
     model, guide, _ = build(
         spec["model"],
         spec["in_features"],
@@ -365,6 +402,13 @@ def build_from_spec(spec: dict) -> tuple[BayesianModel, Callable]:
         **spec.get("options", {}),
     )
     return model, guide
+
+
+def _todo(plugin: str) -> str:
+    if str(plugin).startswith("entry-point:"):
+        dist = str(plugin).split(":", 1)[1]
+        return f"install the distribution {dist!r} (it registers through an entry point)"
+    return f"import it first (zoo.experiments.plugins.load_plugin({plugin!r}) / --plugin {plugin})"
 
 
 def format_table() -> str:
