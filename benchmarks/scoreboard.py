@@ -109,15 +109,11 @@ def _run(args: argparse.Namespace, journal: Path) -> None:
 # ----------------------------------------------------------------------------------------------- render
 
 
-def _headline(inst_meta: dict, scores: dict) -> float:
-    if "class" in scores:
-        return scores["class"]["total_variation"]
-    sd = inst_meta.get("y_std") or 1.0
-    return scores["y"]["w2"] / sd
-
-
 def _aggregate(rows: list[dict], metas: dict[str, dict]) -> dict:
-    """``{instance: {"model:guide": {"headline": {mean, sd}, group: {key: {mean, sd}}, "errors"}}}``."""
+    """``{instance: {"model:guide": {"headline": {mean, sd}, group: {key: {mean, sd}}, "errors"}}}``; the
+    headline of a fit is :func:`zoo.reference.headline.headline_value` (W2(y)/sd or TV)."""
+    from zoo.reference.headline import headline_value
+
     runs: dict = {}
     for r in rows:
         runs.setdefault(r["instance"], {}).setdefault(f"{r['model']}:{r['guide']}", []).append(r)
@@ -133,7 +129,7 @@ def _aggregate(rows: list[dict], metas: dict[str, dict]) -> dict:
             board.setdefault(name, {})[spec] = cell
             if not ok:
                 continue
-            heads = np.array([_headline(metas[name], r["scores"]) for r in ok])
+            heads = np.array([headline_value(r["scores"], metas[name].get("y_std")) for r in ok])
             cell["headline"] = {
                 "mean": float(heads.mean()),
                 "sd": float(heads.std(ddof=1)) if len(ok) > 1 else 0.0,
@@ -151,20 +147,6 @@ def _fmt(cell: dict, group: str, key: str, scale: float = 1.0) -> str:
     if v is None or not math.isfinite(v["mean"]):
         return "–"
     return f"{v['mean'] / scale:.3g} ± {v['sd'] / scale:.2g}"
-
-
-def _floor(arrays: dict) -> dict[str, float]:
-    """The reference against itself: first half of its kept draws against the second half (for NUTS, chains
-    0-1 against 2-3, so between-chain disagreement shows too).  With ``S/2`` draws a side it is about
-    ``sqrt(2)`` times the Monte Carlo floor of a score with ``S`` draws a side."""
-    from zoo.eval.scores import classification_scores, regression_scores
-
-    key = "p" if "p" in arrays else "y"
-    half = arrays[key].shape[0] // 2
-    a, b = arrays[key][:half], arrays[key][half : 2 * half]
-    if key == "p":
-        return {"total_variation": classification_scores(a.mean(0), b.mean(0))["total_variation"]}
-    return {"w2": regression_scores(a, b)["w2"], "draws_per_half": float(half)}
 
 
 def _markdown(board: dict, metas: dict, floors: dict, commands: list[str], steps: dict | None = None) -> str:
@@ -276,6 +258,7 @@ def _merged(rows: list[dict], old: dict) -> tuple[list[dict], dict]:
 def _render(args: argparse.Namespace, journal: Path, command: str | None) -> None:
     from zoo.experiments.runs import dumps_json
     from zoo.io import atomic_write_text
+    from zoo.reference.headline import reference_floor
     from zoo.reference.instances import INSTANCES
     from zoo.reference.store import load_reference
 
@@ -285,7 +268,7 @@ def _render(args: argparse.Namespace, journal: Path, command: str | None) -> Non
     names = [n for n in INSTANCES if n in carried or any(r["instance"] == n for r in rows)]
     refs = {n: load_reference(args.root, n) for n in names}
     metas = {n: meta for n, (_, meta) in refs.items()}
-    floors = {n: _floor(arrays) for n, (arrays, _) in refs.items()}
+    floors = {n: reference_floor(arrays) for n, (arrays, _) in refs.items()}
     fresh = _aggregate(rows, metas)
     board = {n: fresh[n] if n in fresh else carried[n] for n in names}
     old_steps = old.get("instance_steps", {})

@@ -21,6 +21,12 @@ about none of them:
 
 Inputs are stored when they hold at most ``max_input_values`` numbers (MNIST-sized sets are left out).
 
+**Units.**  A regression fit on standardized targets (``y_mean`` / ``y_std`` recorded in ``fit.config``)
+has its posterior sites (``sigma2``, the weights) on the standardized scale ``(y - y_mean) / y_std``, while
+``observed_data``, ``posterior_predictive``, ``log_likelihood`` and ``predictions`` are in the original
+units; every group then carries the attributes ``y_mean``, ``y_std`` and ``target_scaling`` saying which
+(:func:`annotate_target_scaling`).
+
 **Which diagnostics mean something for VI draws.**  The draws are i.i.d. from q, not a Markov chain:
 R-hat is not defined for one chain, and the autocorrelation-based ESS of ``az.summary`` only re-estimates
 what is known exactly (ESS = S).  :func:`vi_summary` reports mean, sd, HDI, and the Monte Carlo standard
@@ -34,7 +40,7 @@ VI is judged by the ELBO trace and by agreement across seeds (fits from several 
 from __future__ import annotations
 
 import os
-import tempfile
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,12 +56,21 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from zoo.core.validation import check_positive_int, check_tensor
+from zoo.eval.units import annotate_target_scaling
 from zoo.infer.predict import _guide_trace, log_likelihood, posterior_samples, predict
+from zoo.io import _open_tmp, remove_orphans
 
 if TYPE_CHECKING:
     from zoo.infer.result import FitResult
 
-__all__ = ["to_inference_data", "save_netcdf", "vi_summary", "iid_mcse_mean", "iid_mcse_sd"]
+__all__ = [
+    "to_inference_data",
+    "annotate_target_scaling",
+    "save_netcdf",
+    "vi_summary",
+    "iid_mcse_mean",
+    "iid_mcse_sd",
+]
 
 
 def _layers(fit: FitResult) -> dict[str, tuple[int, int]]:
@@ -273,6 +288,7 @@ def to_inference_data(
     if x is not None:
         groups.update(_new_data_groups(fit, x, y, site, draws, x.numel() <= max_input_values))
     groups["posterior"].attrs.update(_fit_attrs(fit, num_samples))
+    annotate_target_scaling(groups, fit)
     return az.InferenceData(**groups)
 
 
@@ -329,16 +345,23 @@ def vi_summary(
 
 
 def save_netcdf(idata: az.InferenceData, path: str | os.PathLike) -> None:
-    """Write ``idata`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    """Write ``idata`` to ``path`` atomically (temporary file in the same folder, then rename).
+
+    The file gets the permissions of any file the process creates (``0o666`` less the umask, as for the
+    run folder's ``metrics.json``): the temporary file is created through :mod:`zoo.io` with mode
+    ``0o666``, so the operating system applies the umask, and that mode is set again after the netCDF
+    writer has written it (a writer may replace the file it is given)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise ValueError(f"path: folder {str(path.parent)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_orphans(path)
+    tmp, fd = _open_tmp(path)
     os.close(fd)
     try:
-        idata.to_netcdf(tmp)
+        mode = stat.S_IMODE(os.stat(tmp).st_mode)  # 0o666 & ~umask, without reading or changing the umask
+        idata.to_netcdf(str(tmp))
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise

@@ -58,11 +58,9 @@ def add_reference_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _root(a: argparse.Namespace):
-    from pathlib import Path
+    from zoo.reference.store import resolve_root
 
-    from zoo.reference.store import default_root
-
-    return Path(a.root) if a.root else default_root()
+    return resolve_root(a.root or None)  # the Python API's default store too
 
 
 def _instance(parser: argparse.ArgumentParser, name: str, flag: str):

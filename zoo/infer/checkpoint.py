@@ -9,6 +9,7 @@ so a crash (even ``kill -9``) never leaves a half-written checkpoint.
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -52,10 +53,39 @@ def _rebuild_optim(spec: dict | None, config: dict) -> pyro.optim.PyroOptim | No
     return optim
 
 
+def _is_factory(guide: Any) -> bool:
+    """A guide class, or a function whose first parameter is ``model`` (a registry guide factory such as
+    ``lambda model: AutoNormal(model)`` is not recognized: pass its result)."""
+    if isinstance(guide, type):
+        return True
+    if not callable(guide) or isinstance(guide, torch.nn.Module):
+        return False
+    try:
+        params = list(inspect.signature(guide).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0] == "model"
+
+
+def _as_guide(guide: Any, model: torch.nn.Module) -> Any:
+    """``guide`` as the guide object to load the fit into: a guide class or a factory ``f(model)`` is called
+    with ``model``; an instance is used as given."""
+    if not _is_factory(guide):
+        return guide
+    try:
+        return guide(model)
+    except Exception as e:
+        name = getattr(guide, "__qualname__", repr(guide))
+        raise TypeError(
+            f"guide: calling {name}(model) to build the guide failed ({type(e).__name__}: {e}); pass "
+            "guide=<your guide class or instance>"
+        ) from e
+
+
 def _model_and_guide(ckpt: dict, model, guide) -> tuple[torch.nn.Module, Any]:
     """Model and guide: the ones given, else rebuilt from the checkpoint's registry spec; a spec whose guide
     is not the one that was fitted (``guide_class``, recorded by :func:`zoo.infer.loop.fit`) needs
-    ``guide=``."""
+    ``guide=`` (an instance, or a class / factory called with the model)."""
     if model is None or guide is None:
         spec = ckpt["spec"]
         if spec is None:
@@ -68,7 +98,9 @@ def _model_and_guide(ckpt: dict, model, guide) -> tuple[torch.nn.Module, Any]:
         if guide is None and fitted is not None and guide_class_path(g2) != fitted:
             raise ValueError(
                 f"guide: this checkpoint was fitted with guide {fitted}, but its spec rebuilds "
-                f"{guide_class_path(g2)} (guide {spec.get('guide')!r} of {spec.get('model')!r}); pass guide="
+                f"{guide_class_path(g2)} (guide {spec.get('guide')!r} of {spec.get('model')!r}); pass "
+                f"guide=<your guide class or instance>, e.g. load(path, guide={fitted.rsplit('.', 1)[-1]}) "
+                f"with {fitted.rsplit('.', 1)[0]} imported"
             )
         dtype = _converted_dtype(ckpt["model_state"], m2.state_dict())
         if dtype is not None:  # a fit of a model converted after build (model.double())
@@ -77,7 +109,7 @@ def _model_and_guide(ckpt: dict, model, guide) -> tuple[torch.nn.Module, Any]:
                 g2.to(dtype)
         model = model if model is not None else m2
         guide = guide if guide is not None else g2
-    return model, guide
+    return model, _as_guide(guide, model)
 
 
 def _converted_dtype(saved: dict, built: dict) -> torch.dtype | None:
@@ -229,7 +261,8 @@ def load(
 
     Model and guide are rebuilt from the checkpoint's registry ``spec`` unless given (a fit of a model
     made by :func:`zoo.experiments.registry.build` records it without ``spec=``; custom models must be
-    passed, as must a guide other than the spec's), as are the optimizer and the ELBO
+    passed, as must a guide other than the spec's: an instance, or its class or a factory ``f(model)``,
+    called with the model), as are the optimizer and the ELBO
     (``optimizer=``/``loss=`` replace them).  RNG states are restored last, so
     :func:`zoo.infer.loop.resume` continues the exact random stream of the original run.  A file that is
     not a checkpoint of this format version is a ``ValueError`` naming it.

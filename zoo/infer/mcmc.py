@@ -8,8 +8,9 @@ a diagonal mass matrix adapted during warm-up, as in Stan) runs ``chains`` indep
 ``warmup + samples`` iterations each.  Chain ``k`` is seeded from ``(seed, k)`` only, so a chain gives the
 same draws whether the chains run in parallel worker processes (``spawn``, one per core up to ``chains``)
 or one after the other.  Worker processes are started with ``spawn``: a script that calls :func:`fit_nuts`
-at top level needs the ``if __name__ == "__main__":`` guard (or ``parallel=False``); if the workers cannot
-start, the chains run sequentially.
+at top level needs the ``if __name__ == "__main__":`` guard (or ``parallel=False``): for a script without
+one the chains run sequentially, with a warning that says why (:func:`unguarded_main_script`), as they do
+if the workers cannot start.
 
 What :func:`fit_nuts` returns is a :class:`~zoo.infer.mcmc_result.NUTSResult` (a
 :class:`~zoo.infer.result.FitResult`): its guide replays the posterior draws, so
@@ -67,8 +68,16 @@ from zoo.infer.mcmc_chains import INIT_STRATEGIES, run_chains
 from zoo.infer.mcmc_export import convergence_summary
 from zoo.infer.mcmc_gibbs import conditional_sites
 from zoo.infer.mcmc_result import NUTSResult, PosteriorDrawsGuide
+from zoo.infer.mcmc_spawn import refuse_in_worker_bootstrap, sequential_if_unguarded, unguarded_main_script
 
-__all__ = ["NUTSConfig", "INIT_STRATEGIES", "fit_nuts", "check_nuts_model", "NUTSResult"]
+__all__ = [
+    "NUTSConfig",
+    "INIT_STRATEGIES",
+    "fit_nuts",
+    "check_nuts_model",
+    "unguarded_main_script",
+    "NUTSResult",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -318,13 +327,19 @@ def fit_nuts(
     ``spec``: the registry spec (default: the one a registry-built model carries), recorded so checkpoints
     rebuild the model.  Every argument is checked before any sampling starts.
 
+    Parallel chains run in ``spawn`` worker processes, which re-run the main script's top-level code: a
+    script needs the ``if __name__ == "__main__":`` guard, else the chains run one after the other (with a
+    warning saying so).
+
     Usage::
 
-        model, _, spec = zoo.registry.build("mfvi-bnn", d, 1, "regression", hidden=[10])
-        result = fit_nuts(model, (x, y), NUTSConfig(chains=4, warmup=500, samples=500))
-        result.diagnostics["rhat_max"], result.samples["sigma2"].shape   # (4, 500)
-        result.predict(x_test).mean
+        if __name__ == "__main__":  # needed for parallel chains (spawned workers import this script)
+            model, _, spec = zoo.registry.build("mfvi-bnn", d, 1, "regression", hidden=[10])
+            result = fit_nuts(model, (x, y), NUTSConfig(chains=4, warmup=500, samples=500))
+            result.diagnostics["rhat_max"], result.samples["sigma2"].shape  # (4, 500)
+            result.predict(x_test).mean
     """
+    refuse_in_worker_bootstrap()
     cfg = resolve(NUTSConfig, config, settings)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a zoo model (a torch.nn.Module), got {type(model).__name__}")
@@ -349,7 +364,7 @@ def fit_nuts(
             )
     check_nuts_model(model, x, y, _model_name(model, spec))
     t0 = time.perf_counter()
-    chains = run_chains(model, x, y, cfg)
+    chains = run_chains(model, x, y, sequential_if_unguarded(cfg))
     wall = time.perf_counter() - t0
     samples, lp, diverging = _stack_chains(chains)
     diagnostics = convergence_summary(samples, diverging)

@@ -23,6 +23,7 @@ import numpy as np
 from torch import Tensor
 
 from zoo.eval.diagnostics import site_dims  # the variational export's naming, shared
+from zoo.eval.units import annotate_target_scaling
 from zoo.infer.predict import Predictions, log_likelihood, predict
 from zoo.infer.result import FitResult
 
@@ -217,6 +218,7 @@ def to_inference_data(
     if x is not None:
         groups.update(_new_data_groups(result, x, y, x.numel() <= max_input_values))
     groups["posterior"].attrs.update(_attrs(result))
+    annotate_target_scaling(groups, result)  # y_mean / y_std: which groups are on which scale
     return az.InferenceData(**groups)
 
 

@@ -7,7 +7,9 @@
   :mod:`zoo.reference.compute` computes one (NUTS through :func:`zoo.infer.mcmc.fit_nuts`, or enumeration)
   and :mod:`zoo.reference.store` stores it atomically after the quality gate.
 * :mod:`zoo.reference.quantities` draws the symmetry-invariant quantities a reference stores from any fit, and
-  :mod:`zoo.reference.score` fits a guide on an instance's data and scores it with :mod:`zoo.eval.scores`.
+  :mod:`zoo.reference.score` fits a guide on an instance's data and scores it with :mod:`zoo.eval.scores`;
+  :mod:`zoo.reference.headline` gives its headline score (W2(y)/sd or total variation) and the reference's
+  own Monte Carlo floor.
 
 ``zoo reference list | compute NAME | score SPEC --instance NAME`` is the command line
 (:mod:`zoo.experiments.reference_cli`).  The exact-posterior modules are a lower layer (they never import

@@ -34,9 +34,9 @@ from zoo.reference.instances import ReferenceInstance
 from zoo.reference.store import (
     GateError,
     check_gate,
-    default_root,
     record_attempt,
     reference_path,
+    resolve_root,
     save_reference,
 )
 
@@ -260,7 +260,7 @@ def compute_and_store(
     """Compute ``instance`` and store it under ``root`` (default :func:`~zoo.reference.store.default_root`);
     an existing reference is refused before any work unless ``force``.  A reference failing the gate raises
     :class:`~zoo.reference.store.GateError` and only its diagnostics are kept (``attempts.json``)."""
-    root = Path(root) if root is not None else default_root()
+    root = resolve_root(root)
     path = reference_path(root, instance.name)
     if path.exists() and not force:
         raise FileExistsError(

@@ -31,7 +31,12 @@ data-resolved defaults of App. D.1) on standardized targets, and scored as the s
 
 Each guide is fitted with ``seeds`` different seeds (``0..K-1``) by
 :func:`zoo.experiments.runs.fit_on_dataset` (the entry's default steps, learning rate and batch size unless
-``steps`` is given); the result has every seed's scores and their mean and standard deviation over seeds.
+``steps`` is given); the result has every seed's scores and their mean and standard deviation over seeds,
+and the headline score (W2 of ``y`` / the target sd, or the total variation) next to the reference's own
+Monte Carlo floor (:mod:`zoo.reference.headline`).
+
+**Scale.**  The reference's draws are on the original target scale; a regression fit scored with
+:func:`score_fit` must record the standardization of its targets (:func:`check_target_scale`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from zoo.eval.scores import (
     shrinkage_scores,
     wasserstein_1d,
 )
+from zoo.eval.units import target_scale
+from zoo.reference.headline import headline, reference_floor
 from zoo.reference.instances import ReferenceInstance
 
 if TYPE_CHECKING:
@@ -62,6 +69,7 @@ __all__ = [
     "ScoreConfig",
     "bands",
     "check_spec",
+    "check_target_scale",
     "fit_settings",
     "reference_data",
     "score_spec",
@@ -173,6 +181,36 @@ def draws_at_test_inputs(
     return predictive_draws(result, x_test, draws, seed=seed)
 
 
+def _scale_hint(instance: ReferenceInstance) -> str:
+    try:
+        mu, sd = instance.target_scale()
+    except (OSError, ValueError):  # the data cannot be loaded here: the message names the method instead
+        return "instance.target_scale()"
+    return f"y_mean={mu:.6g}, y_std={sd:.6g} (instance.target_scale())"
+
+
+def check_target_scale(result: Any, instance: ReferenceInstance, arrays: dict[str, np.ndarray]) -> None:
+    """``ValueError`` naming ``result`` unless its predictive draws of a regression instance are on the
+    original target scale, the reference's: the fit recorded its target standardization (``y_mean`` /
+    ``y_std`` in ``result.config``, which ``predict`` undoes), or says it saw raw targets
+    (``standardize_y: False`` in its metadata), or is a zoo run on a dataset
+    (:func:`zoo.experiments.runs.fit_on_dataset`, :func:`zoo.infer.mcmc.fit_nuts` on a ``Dataset``: they
+    record ``dataset`` and any standardization they apply).  Binary instances need no check."""
+    if "p" in arrays or target_scale(result) is not None:
+        return
+    cfg = getattr(result, "config", None) or {}
+    if cfg.get("standardize_y") is False or "dataset" in cfg:
+        return
+    raise ValueError(
+        "result: this regression fit records no target standardization, so its predictive draws cannot be "
+        f"put on the original target scale of the draws of reference {instance.name!r} (the scores would "
+        "be silently wrong). Fitted on standardized targets: pass zoo.fit(..., metadata={'y_mean': .., "
+        f"'y_std': ..}}) with the instance's own {_scale_hint(instance)}, the reference's standardization, "
+        "not the statistics of dataset().tensors(). Fitted on raw targets: pass "
+        "metadata={'standardize_y': False}."
+    )
+
+
 def score_fit(
     result: Any,
     instance: ReferenceInstance,
@@ -184,9 +222,18 @@ def score_fit(
 ) -> dict[str, dict[str, float]]:
     """The score groups (module docstring) of one fitted ``result`` against the reference ``arrays``;
     ``pred``: its predictive draws at the reference's test inputs if already drawn
-    (:func:`draws_at_test_inputs`)."""
+    (:func:`draws_at_test_inputs`).
+
+    The reference's draws of ``y`` and ``f`` are on the original target scale.  A regression ``result``
+    fitted on standardized targets must record the standardization (``zoo.fit(...,
+    metadata={"y_mean": mu, "y_std": sd})``) with the instance's own ``(mu, sd) = instance.target_scale()``
+    (also ``meta["y_mean"]``, ``meta["y_std"]`` of the stored reference; they are the full training split's
+    statistics and differ from those of ``instance.dataset().tensors()``); a fit on raw targets records
+    ``metadata={"standardize_y": False}``.  Anything else is a ``ValueError`` (:func:`check_target_scale`).
+    """
     from zoo.reference.quantities import shrinkage_draws, unit_norms
 
+    check_target_scale(result, instance, arrays)
     pred = draws_at_test_inputs(result, arrays, draws, seed) if pred is None else pred
     out: dict[str, dict[str, float]] = {}
     if "p" in arrays:
@@ -273,6 +320,7 @@ def score_spec(
         band = bands(arrays["x_test"], pred["f"], pred["y"]) if "y" in pred else None
         if band is not None:  # a 1-D regression toy: the same draws, for the scoreboard's figure
             rows[-1]["bands"] = band
+    floor = reference_floor(arrays)
     return {
         "model": model,
         "guide": rows[0]["guide"],
@@ -283,19 +331,43 @@ def score_spec(
         "seeds": config.seeds,
         "steps": config.steps,
         "draws": config.draws,
+        "headline": headline(per_seed, floor, meta.get("y_std")),
+        "reference_floor": floor,
         "scores": _aggregate(per_seed),
         "per_seed": [{**r, "scores": s} for r, s in zip(rows, per_seed)],
     }
 
 
+def _headline_line(h: dict[str, Any]) -> str:
+    name = "W2(y)/sd" if h["score"] == "w2_y/sd" else "TV(P(y=1))"
+    err = f"± {h['sd']:.2g} sd over {h['seeds']} seeds" if h["seeds"] > 1 else f"± {h['se']:.2g} se"
+    return f"  {name} = {h['mean']:.4g} {err}   (reference floor {h['floor']:.4g}; lower is better)"
+
+
+def _error(result: dict[str, Any], group: str, key: str) -> float:
+    """The ``±`` of a score: its sd over seeds, or with one seed the fit's standard error (``key_se``)."""
+    if result["seeds"] == 1 and result.get("per_seed"):
+        return float(result["per_seed"][0]["scores"][group].get(f"{key}_se", float("nan")))
+    return float(result["scores"][group][key]["sd"])
+
+
 def format_scores(result: dict[str, Any]) -> str:
-    """A few lines: the headline score of each group, mean ± sd over seeds."""
+    """A few lines: the headline (W2(y)/sd or the total variation, :mod:`zoo.reference.headline`) next to
+    the reference's floor, then the headline score of each group; ``±`` is the sd over seeds, or with one
+    seed the fit's standard error over test points (``*_se``)."""
+    seeds = result["seeds"]
+    how = "mean ± sd over seeds" if seeds > 1 else "± standard error over test points"
     lines = [
-        f"{result['model']}/{result['guide']} vs reference {result['instance']} ({result['seeds']} seed(s)):"
+        f"{result['model']}/{result['guide']} vs reference {result['instance']} ({seeds} seed(s); {how}):"
     ]
+    if "headline" in result:
+        lines.append(_headline_line(result["headline"]))
     for group, scores in result["scores"].items():
         key = HEADLINE.get(group.split(".")[0], "norm_w1")
         shown = [k for k in (key, "w1", "nll_gap", "draw_coverage", "agreement", "auroc") if k in scores]
-        text = ", ".join(f"{k}={scores[k]['mean']:.4g}±{scores[k]['sd']:.2g}" for k in dict.fromkeys(shown))
+        errors = {k: _error(result, group, k) for k in dict.fromkeys(shown)}
+        text = ", ".join(
+            f"{k}={scores[k]['mean']:.4g}" + (f"±{e:.2g}" if e == e else "") for k, e in errors.items()
+        )
         lines.append(f"  {group:12s} {text}")
     return "\n".join(lines)

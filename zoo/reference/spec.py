@@ -151,6 +151,23 @@ class ReferenceInstance(Config):
         ds = ds if ds is not None else load_dataset(spec.dataset, split=spec.split, data_dir=data_dir)
         return _subsample(ds, spec)
 
+    def target_scale(self, data_dir: str | Path | None = None) -> tuple[float, float]:
+        """``(y_mean, y_std)`` the instance's regression targets are standardized with — the reference's
+        own (stored as ``meta["y_mean"]``, ``meta["y_std"]``), the numbers to pass to a fit on standardized
+        targets as ``metadata={"y_mean": .., "y_std": ..}`` before scoring it
+        (:func:`zoo.reference.score.score_fit`).  They are the full training split's statistics
+        (:func:`zoo.data.tensors.fit_tensors`), not those of the subsampled rows of ``dataset().tensors()``.
+        ``ValueError`` for a binary instance."""
+        import torch
+
+        from zoo.data.tensors import fit_tensors
+
+        ds = self.dataset(data_dir)
+        if ds.task != "regression":
+            raise ValueError(f"instance {self.name!r} is a {ds.task} instance; it has no target scale")
+        extra = fit_tensors(ds, torch.device("cpu"), dtype=torch.float64)[4]
+        return float(extra["y_mean"]), float(extra["y_std"])
+
 
 def _selection_linear(split: int):
     from zoo.data import from_arrays

@@ -36,6 +36,7 @@ __all__ = [
     "GateError",
     "check_gate",
     "default_root",
+    "resolve_root",
     "reference_path",
     "save_reference",
     "load_reference",
@@ -88,8 +89,14 @@ def default_root() -> Path:
     return Path(__file__).resolve().parents[2] / "benchmarks" / "reference"
 
 
-def reference_path(root: str | os.PathLike, name: str) -> Path:
-    return Path(root) / f"{name}.npz"
+def resolve_root(root: str | os.PathLike | None = None) -> Path:
+    """The reference store ``root`` as an absolute path; ``None``: :func:`default_root` (what ``zoo
+    reference`` uses without ``--root``).  A relative ``root`` is relative to the working directory."""
+    return Path(default_root() if root is None else root).expanduser().resolve()
+
+
+def reference_path(root: str | os.PathLike | None, name: str) -> Path:
+    return resolve_root(root) / f"{name}.npz"
 
 
 def _jsonable(v: Any) -> Any:
@@ -133,22 +140,42 @@ def save_reference(
     return path
 
 
-def load_reference(root: str | os.PathLike, name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """``(arrays, meta)`` of the stored reference ``name``; ``FileNotFoundError`` saying how to compute it."""
-    path = reference_path(root, name)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"reference {name!r} is not stored in {Path(root)}; "
-            f"compute it with `zoo reference compute {name}`"
+def _not_stored(root: Path, name: str) -> str:
+    """The message of a reference that is not in ``root``: the absolute folder searched, where it is
+    stored instead (the default store), and how to compute it."""
+    msg = f"reference {name!r} is not stored in {root} (no {name}.npz there)"
+    default = resolve_root(None)
+    if root != default and reference_path(default, name).is_file():
+        return f"{msg}; it is stored in the default store {default}: pass root=None (or that folder)"
+    where = "" if root == default else f" --root {root}"
+    return f"{msg}; compute it with `zoo reference compute {name}{where}`"
+
+
+def load_reference(
+    root: str | os.PathLike | None = None, name: str | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``(arrays, meta)`` of the stored reference ``name`` in the store ``root`` (``None``: the default
+    store, :func:`default_root`, as ``zoo reference`` without ``--root``; a relative path is relative to the
+    working directory).  ``FileNotFoundError`` naming the absolute folder searched and saying how to compute
+    the reference (or where it is stored instead)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(
+            f"name: the reference's name is required, got {name!r}: load_reference(root, name), or "
+            "load_reference(name=NAME) for the default store"
         )
+    folder = resolve_root(root)
+    path = reference_path(folder, name)
+    if not path.is_file():
+        raise FileNotFoundError(_not_stored(folder, name))
     with np.load(path, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files if k != "meta"}
         meta = json.loads(str(data["meta"]))
     return arrays, meta
 
 
-def stored_names(root: str | os.PathLike) -> list[str]:
-    root = Path(root)
+def stored_names(root: str | os.PathLike | None = None) -> list[str]:
+    """The names of the references stored in ``root`` (``None``: the default store)."""
+    root = resolve_root(root)
     return sorted(p.stem for p in root.glob("*.npz")) if root.is_dir() else []
 
 
@@ -162,9 +189,10 @@ def _write_index(root: Path) -> None:
     atomic_write_text(root / "index.json", json.dumps(_jsonable(index), indent=1, sort_keys=True) + "\n")
 
 
-def load_attempts(root: str | os.PathLike) -> dict[str, Any]:
-    """``{name: {"error", "diagnostics", "wall_seconds", "command", "created"}}`` of failed attempts."""
-    path = Path(root) / "attempts.json"
+def load_attempts(root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """``{name: {"error", "diagnostics", "wall_seconds", "command", "created"}}`` of failed attempts in
+    ``root`` (``None``: the default store)."""
+    path = resolve_root(root) / "attempts.json"
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
