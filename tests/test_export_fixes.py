@@ -130,12 +130,41 @@ def test_chunked_draws_match_unchunked_ones(bowtie_fit):
     whole = bowtie_predict.monte_carlo_draws(q, loc, x, 4000)
     torch.manual_seed(3)
     parts = bowtie_predict.monte_carlo_draws(q, loc, x, 4000, row_chunk=6)
-    # the global draws (output weights, noise) come first: draw j uses the same ones at every row
-    torch.testing.assert_close(parts[1], whole[1], rtol=0, atol=0)
-    # the local draws differ, their distribution does not: per-row mean and sd agree to Monte Carlo error
-    for a, b in ((parts[0], whole[0]), (parts[2], whole[2])):
+    # draw j uses one noise scale at every row, chunked or not
+    assert (parts[1] == parts[1][:, :1]).all() and (whole[1] == whole[1][:, :1]).all()
+    # the draws differ, their distribution does not: per-row mean and sd agree to Monte Carlo error
+    for a, b in ((parts[0], whole[0]), (parts[1], whole[1]), (parts[2], whole[2])):
         assert ((a.mean(0) - b.mean(0)).abs() <= 5 * b.std(0) * (2 / 4000) ** 0.5).all()
         torch.testing.assert_close(a.std(0), b.std(0), rtol=0.1, atol=0.0)
+
+
+def _eq25_unchunked(q, loc, x, num_samples):
+    """Eq. (25) over all rows at once, in the order of the draws before chunking (every hidden layer's
+    local noise, then the output rows, then sigma2, then the observation noise)."""
+    k = q.num_hidden
+    h = x.to(torch.float64).expand(num_samples, -1, -1)
+    for j in range(k):
+        eps = torch.randn(num_samples, *loc.t[j].shape, 1, dtype=torch.float64)
+        h = (
+            loc.t[j]
+            + (loc.M[j] @ h.unsqueeze(-1)).squeeze(-1)
+            + (torch.linalg.cholesky(loc.S[j]) @ eps)[..., 0]
+        )
+    rows = torch.distributions.MultivariateNormal(q.m[k], covariance_matrix=q.B[k]).sample((num_samples,))
+    locs = rows[:, None, :, 0] + (h.unsqueeze(-2) * rows[:, None, :, 1:]).sum(-1)
+    s2 = torch.distributions.InverseGamma(q.alpha[-1], q.beta[-1]).sample((num_samples,))
+    return locs, locs + s2.sqrt()[:, None, None] * torch.randn_like(locs)
+
+
+def test_draws_within_one_chunk_keep_the_unchunked_random_stream(bowtie_fit):
+    """Committed bow-tie rows (NLL and coverage of the Monte Carlo mixture) keep their numbers."""
+    q, loc, x = _locals(bowtie_fit, 40)
+    torch.manual_seed(11)
+    locs, samples = _eq25_unchunked(q, loc, x, 50)
+    torch.manual_seed(11)
+    got = bowtie_predict.monte_carlo_draws(q, loc, x, 50)
+    torch.testing.assert_close(got[0], locs, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got[2], samples, rtol=1e-12, atol=1e-12)
 
 
 def test_the_export_of_a_bowtie_fit_draws_the_training_rows_in_chunks(bowtie_fit, cholesky_rows, monkeypatch):

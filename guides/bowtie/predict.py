@@ -48,24 +48,33 @@ def _last_hidden(g: Globals, loc: Locals, x: Tensor, num_samples: int, rows: sli
     return h
 
 
+def _global_draws(g: Globals, k: int, num_samples: int) -> tuple[Tensor, Tensor]:
+    """The draws of the output rows ``(b, W)_{L+1}^(j)`` and of ``sigma2^(j)``, shared by every row."""
+    rows = dist.MultivariateNormal(g.m[k], covariance_matrix=g.B[k]).sample((num_samples,))
+    return rows, dist.InverseGamma(g.alpha[-1], g.beta[-1]).sample((num_samples,))
+
+
 def monte_carlo_draws(
     g: Globals, loc: Locals, x: Tensor, num_samples: int, row_chunk: int | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Eq. (25): ``(locs, scales, samples)``, each (num_samples, N, D_out).
 
-    The global draws (output rows ``(b, W)_{L+1}^(j)``, ``sigma2^(j)``) are taken first, once; the rows
-    of ``x`` then go through in chunks of ``row_chunk`` (default :data:`ROW_CHUNK`), so the working memory is
-    ``O(num_samples x row_chunk x D)`` whatever ``N`` (beyond the three outputs).  Draw ``j`` uses the same
-    globals at every row; the local draws of different chunks are independent."""
+    The rows of ``x`` go through in chunks of ``row_chunk`` (default :data:`ROW_CHUNK`), so the working memory
+    is ``O(num_samples x row_chunk x D)`` whatever ``N`` (beyond the three outputs).  The global draws (output
+    rows ``(b, W)_{L+1}^(j)``, ``sigma2^(j)``) are taken once, after the first chunk's local draws: with
+    ``N <= row_chunk`` the random stream, hence every draw, is the one of the unchunked scheme, so committed
+    bow-tie results keep their numbers.  Draw ``j`` uses the same globals at every row; the local draws of
+    different chunks are independent."""
     row_chunk = ROW_CHUNK if row_chunk is None else check_positive_int("row_chunk", row_chunk)
     k, n = g.num_hidden, x.shape[0]
-    rows = dist.MultivariateNormal(g.m[k], covariance_matrix=g.B[k]).sample((num_samples,))
-    s2 = dist.InverseGamma(g.alpha[-1], g.beta[-1]).sample((num_samples,))
-    locs = torch.empty(num_samples, n, rows.shape[1], dtype=F64, device=rows.device)
-    samples = torch.empty_like(locs)
-    for start in range(0, n, row_chunk):
+    rows = s2 = locs = samples = None
+    for start in range(0, max(n, 1), row_chunk):
         r = slice(start, min(start + row_chunk, n))
         h = _last_hidden(g, loc, x, num_samples, r)
+        if rows is None:  # after the first chunk's locals: the random stream of the unchunked scheme
+            rows, s2 = _global_draws(g, k, num_samples)
+            locs = torch.empty(num_samples, n, rows.shape[1], dtype=F64, device=rows.device)
+            samples = torch.empty_like(locs)
         locs[:, r] = rows[:, None, :, 0] + (h.unsqueeze(-2) * rows[:, None, :, 1:]).sum(-1)
         samples[:, r] = locs[:, r] + s2.sqrt()[:, None, None] * torch.randn_like(locs[:, r])
     scales = s2.sqrt()[:, None, None].expand_as(locs)
