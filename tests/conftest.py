@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pyro
@@ -124,3 +125,21 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def clean_registry():
+    """Snapshot the registry (entries and loaded entry points) and the modules, restore them afterwards: for
+    tests that register models or load plugins (plugin modules named plug_*, plugpkg_* or ep_mod_*)."""
+    from zoo.experiments import registry
+
+    registry.load_plugins()
+    saved, saved_ep, modules = dict(registry._REGISTRY), set(registry._EP_LOADED), set(sys.modules)
+    yield registry
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
+    registry._EP_LOADED.clear()
+    registry._EP_LOADED.update(saved_ep)
+    for name in set(sys.modules) - modules:
+        if name.startswith(("plug_", "plugpkg_", "ep_mod_")):
+            del sys.modules[name]

@@ -31,8 +31,8 @@ def test_a_build_error_names_its_own_flag(tmp_path, capsys, extra, flag):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_builder_failing_on_its_defaults_blames_the_model_not_a_flag(tmp_path, capsys):
-    plugin = tmp_path / "broken_builder_plugin.py"
+def test_a_builder_failing_on_its_defaults_blames_the_model_not_a_flag(tmp_path, capsys, clean_registry):
+    plugin = tmp_path / "plug_broken_builder.py"
     plugin.write_text(
         "import zoo\n"
         "from guides.autoguides import autoguide_factory\n"
@@ -83,7 +83,7 @@ def test_every_argument_has_help(command):
     assert silent == [], f"zoo {command} arguments without help: {silent}"
 
 
-def test_list_matrix_names_the_plugin_entries_it_does_not_cover(capsys):
+def test_list_matrix_names_the_plugin_entries_it_does_not_cover(capsys, clean_registry):
     from pathlib import Path
 
     plugin = Path(__file__).parents[1] / "examples" / "zoo-dirichlet-laplace" / "zoo_dirichlet_laplace.py"
@@ -93,8 +93,8 @@ def test_list_matrix_names_the_plugin_entries_it_does_not_cover(capsys):
     assert "dl-bnn (meanfield, normal, flow)" in out
 
 
-def test_a_builder_returning_something_else_than_a_model_is_named(tmp_path, capsys):
-    plugin = tmp_path / "tuple_builder_plugin.py"
+def test_a_builder_returning_something_else_than_a_model_is_named(tmp_path, capsys, clean_registry):
+    plugin = tmp_path / "plug_tuple_builder.py"
     plugin.write_text(
         "import zoo\n"
         "from guides.autoguides import autoguide_factory\n"

@@ -208,7 +208,7 @@ def test_the_entry_registers_through_the_public_registry():
 
 
 @pytest.fixture
-def clean_registry():
+def registry_without_dl():
     """The registry without ``dl-bnn`` (it may come from an installed example package), restored after."""
     from zoo.experiments import registry
 
@@ -244,15 +244,15 @@ def test_the_conformance_kit_catches_a_broken_variant():
         check_prior(NoBiasSites())
 
 
-def test_loads_as_a_file_plugin(clean_registry):
+def test_loads_as_a_file_plugin(registry_without_dl):
     from zoo.experiments.plugins import load_plugin
 
     assert load_plugin(str(MODULE_FILE)) == [dl.NAME]
-    entry = clean_registry.get_entry(dl.NAME)
+    entry = registry_without_dl.get_entry(dl.NAME)
     assert entry.plugin == str(MODULE_FILE.resolve()) and entry.plugin_module == "zoo_dirichlet_laplace"
     assert load_plugin(str(MODULE_FILE)) == [dl.NAME]  # the same file again: a no-op
-    assert clean_registry.get_entry(dl.NAME) is entry
-    model, guide, spec = clean_registry.build(dl.NAME, 3, 1, "regression", hidden=[4])
+    assert registry_without_dl.get_entry(dl.NAME) is entry
+    model, guide, spec = registry_without_dl.build(dl.NAME, 3, 1, "regression", hidden=[4])
     assert type(model.prior).__name__ == "DirichletLaplacePrior" and spec["plugin"]
     from zoo.testing import check_entry
 

@@ -22,7 +22,7 @@ from zoo.experiments.bench import parse_spec
 from zoo.experiments.cli import main
 from zoo.experiments.plugins import PluginError, load_plugin
 
-from .test_plugins import FIT, clean_registry, fake_distribution, plugin_source, write  # noqa: F401
+from .test_plugins import FIT, fake_distribution, plugin_source, write
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 

@@ -50,21 +50,6 @@ def write(path, text: str):
     return path
 
 
-@pytest.fixture
-def clean_registry():
-    """Snapshot the registry (entries and loaded entry points) and the modules, restore them afterwards."""
-    registry.load_plugins()
-    saved, saved_ep, modules = dict(registry._REGISTRY), set(registry._EP_LOADED), set(sys.modules)
-    yield registry
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
-    registry._EP_LOADED.clear()
-    registry._EP_LOADED.update(saved_ep)
-    for name in set(sys.modules) - modules:
-        if name.startswith(("plug_", "plugpkg_", "ep_mod_")):
-            del sys.modules[name]
-
-
 def fake_distribution(root, dist: str, entry_points: dict[str, str]) -> None:
     """An installed distribution ``dist`` (metadata only) declaring ``entry_points`` in the zoo's group."""
     info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
