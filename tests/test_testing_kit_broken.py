@@ -34,6 +34,7 @@ from .helpers import ToyGuide, ToyPrior, blr_model, toy_model
 from .helpers import assert_breaks as _assert_breaks
 from .helpers import hs_model as _hs_model
 from .helpers import toy_param_key as _key
+from .test_testing_kit_support import NormalPrecision, gamma_model
 
 # ------------------------------------------------------------------------------------------- broken priors
 
@@ -282,6 +283,7 @@ BROKEN_GUIDES = [
     ("elbo-finite", NanOwnLoss, toy_model, "own loss NanELBO.* is nan"),
     ("coverage", MissesASite, toy_model, r"\['fc1\.bias'\] have no factor"),
     ("coverage", ExtraSite, toy_model, r"\['fc0\.extra'\] are not latent sites"),
+    ("support", NormalPrecision, gamma_model, r"'precision': guide real vs model nonnegative"),
     (
         "closed-form-elbo",
         WrongClosedForm,

@@ -23,14 +23,25 @@ A step has **diverged** when
 The loop then raises :class:`DivergenceError` naming the step, what diverged (the ELBO, the parameter or
 buffer, or the distribution site) and the guide, with a hint; nothing is returned, so no metrics are
 written for a diverged fit.
+
+The hint depends on the step.  From step 2 on it is about the optimizer and the data (learning rate, batch
+size, scaling).  At **step 1** no update has taken effect yet: the first ELBO and its gradients are those of
+the guide's *initial* values, so the learning rate is not the cause.  The hint then names the largest
+initial value of the guide (:func:`initial_values` records it during the first step: the guide module's
+parameters and buffers before the step, and every parameter the optimizer receives, created lazily by an
+autoguide included, before its update) and points at the prior's hyperparameters and the guide's
+initialization (``init_loc_fn``, ``init_scale``): e.g. an ``AutoNormal`` initialized at the prior median of
+an inverse-gamma scale with a tiny shape starts at an unconstrained location near 82 (a scale of ``e^82``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Iterable, Iterator
 
+import pyro
 import torch
 from torch import Tensor
 
@@ -41,6 +52,7 @@ __all__ = [
     "DivergenceError",
     "check_collapse",
     "first_nonfinite",
+    "initial_values",
     "step_error",
 ]
 
@@ -55,18 +67,81 @@ HINT = (
     "lower the learning rate (lr), use a larger batch_size, standardize inputs and targets, "
     "or check the data for extreme values"
 )
+#: the hint at step 1, where the guide's initial values, not the optimizer, made the fit non-finite
+FIRST_STEP_HINT = (
+    "the fit failed at its first step, before any parameter update took effect, so the learning rate is "
+    "not the cause: the guide's initial values are{largest}; check the prior's hyperparameters (a very "
+    "heavy-tailed or wide prior puts a median-initialized guide far out) and the guide's initialization "
+    "(init_loc_fn, init_scale), or the data for extreme values"
+)
+
+
+def first_step_hint(largest: tuple[str, float] | None) -> str:
+    """:data:`FIRST_STEP_HINT` naming the largest-magnitude initial value ``(name, value)`` if known."""
+    if largest is None:
+        return FIRST_STEP_HINT.format(largest="")
+    name, value = largest
+    note = f", exp({value:.3g}) = {math.exp(value):.3g} if it is a log-scale" if 20 < value < 700 else ""
+    return FIRST_STEP_HINT.format(
+        largest=f" (the largest in magnitude: {name!r} = {value:.6g}, unconstrained{note})"
+    )
 
 
 class DivergenceError(ValueError, FloatingPointError):
     """A fit diverged (module docstring).  A ``ValueError`` (the zoo's error for bad settings: the fit's
-    settings cannot fit this data) and, for code written before it existed, a ``FloatingPointError``."""
+    settings cannot fit this data) and, for code written before it existed, a ``FloatingPointError``.
+    ``initial``: the largest-magnitude initial guide value ``(name, value)``, named in the hint at step 1."""
 
-    def __init__(self, step: int, what: str, guide: object, detail: str = "") -> None:
+    def __init__(
+        self, step: int, what: str, guide: object, detail: str = "", initial: tuple[str, float] | None = None
+    ) -> None:
         self.step, self.what, self.guide = step, what, type(guide).__name__
+        self.initial = initial
         msg = f"the fit diverged at step {step}: {what} (guide {self.guide})"
         if detail:
             msg += f"; {detail}"
-        super().__init__(f"{msg}; hint: {HINT}")
+        super().__init__(f"{msg}; hint: {first_step_hint(initial) if step == 1 else HINT}")
+
+
+def _largest(found: dict, named: Iterable[tuple[str, Tensor]]) -> None:
+    """Keep in ``found`` (``{"name", "value", "magnitude"}``) the finite entry of largest magnitude among
+    ``named``."""
+    with torch.no_grad():
+        for name, t in named:
+            if not torch.is_tensor(t) or not t.is_floating_point() or not t.numel():
+                continue
+            flat = t.detach().reshape(-1)
+            mag = torch.where(torch.isfinite(flat), flat.abs(), torch.zeros_like(flat))
+            i = int(mag.argmax())
+            if float(mag[i]) > found.get("magnitude", -1.0):
+                found.update(name=name, value=float(flat[i]), magnitude=float(mag[i]))
+
+
+@contextlib.contextmanager
+def initial_values(svi: object, guide: object) -> Iterator[dict]:
+    """Around a fit's first step: record the guide's largest-magnitude initial value in the yielded dict
+    (``{"name", "value", "magnitude"}``; empty when the guide has none): its module parameters and floating
+    buffers before the step, and each parameter the SVI optimizer receives before its update (so an
+    autoguide's lazily created parameters count).  ``svi.optim`` is restored afterwards."""
+    found: dict = {}
+    if isinstance(guide, torch.nn.Module):
+        _largest(found, ((n.removesuffix("_unconstrained"), p) for n, p in guide.named_parameters()))
+        _largest(found, guide.named_buffers())
+    optim = getattr(svi, "optim", None)
+    if optim is None:
+        yield found
+        return
+
+    def recording(params, *args, **kwargs):
+        store = pyro.get_param_store()
+        _largest(found, ((store.param_name(p) or "parameter", p) for p in params))
+        return optim(params, *args, **kwargs)
+
+    svi.optim = recording
+    try:
+        yield found
+    finally:
+        svi.optim = optim
 
 
 def _named_tensors(
@@ -139,20 +214,26 @@ def check_collapse(state: dict, elbo: float, n: int) -> str | None:
 
 
 def step_error(
-    error: Exception, step: int, params: Iterable[tuple[str, Tensor]], model: torch.nn.Module, guide: object
+    error: Exception,
+    step: int,
+    params: Iterable[tuple[str, Tensor]],
+    model: torch.nn.Module,
+    guide: object,
+    initial: tuple[str, float] | None = None,
 ) -> DivergenceError | None:
     """The :class:`DivergenceError` behind an exception raised inside step ``step``: a non-finite parameter
     or buffer, or a distribution that refused a NaN/infinite parameter (Pyro's validation); ``None`` when
-    the error is something else (it is then re-raised unchanged)."""
+    the error is something else (it is then re-raised unchanged).  ``initial`` as for
+    :class:`DivergenceError`."""
     text = str(error)
     bad = first_nonfinite(params, model, guide)
     if bad is not None:
-        return DivergenceError(step, f"{bad}", guide, f"the step raised {type(error).__name__}")
+        return DivergenceError(step, f"{bad}", guide, f"the step raised {type(error).__name__}", initial)
     invalid = "found invalid values" in text or re.search(r"\b(nan|inf)\b", text.lower()) is not None
     if isinstance(error, (ValueError, RuntimeError)) and invalid:
         site = _site_of(error)
         first = text.strip().splitlines()[0][:300]
-        return DivergenceError(step, f"a non-finite value inside the step{site}", guide, first)
+        return DivergenceError(step, f"a non-finite value inside the step{site}", guide, first, initial)
     return None
 
 

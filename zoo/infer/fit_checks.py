@@ -7,6 +7,10 @@
   (:meth:`zoo.core.likelihoods.Likelihood.validate_targets`, plain torch checks that run with Pyro's
   validation off too) — every failure a ``ValueError``/``TypeError`` naming ``x`` or ``y``;
 * the registry spec the fit records for its checkpoints (:func:`fit_spec`);
+* that the guide belongs to the model (:mod:`zoo.infer.guide_match`): its parameters and the values it
+  samples in the model's dtype (:func:`check_guide_dtype`, a ``TypeError``), and, from one trace of a copy of
+  the guide on the first batch, no site the model lacks and every global latent site of the model covered
+  (:func:`check_guide_fits_model`, a ``ValueError`` naming ``guide`` and the sites);
 * on resume, that the data has the shapes the fit was trained on (:func:`check_same_data`): other shapes
   would change the minibatch stream, the ELBO's ``N`` and the closed-form factors sized by the training set.
 """
@@ -23,6 +27,7 @@ from torch import Tensor
 
 from zoo.core.likelihoods import Likelihood
 from zoo.core.validation import check_tensor
+from zoo.infer.guide_match import check_guide_dtype, check_guide_fits_model
 from zoo.infer.result import FitResult, guide_class_path
 
 __all__ = [
@@ -33,6 +38,8 @@ __all__ = [
     "check_fit_objects",
     "data_shapes",
     "check_same_data",
+    "check_guide_dtype",
+    "check_guide_fits_model",
 ]
 
 

@@ -37,6 +37,7 @@ through the Python API reloads with ``zoo.checkpoint.load(path)`` alone.  A pair
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,10 +57,18 @@ from zoo.data.tensors import conform_tensors
 from zoo.infer import distributed
 from zoo.infer.accelerate import squarem_cycle
 from zoo.infer.config import FitConfig, resolve_fit_config
-from zoo.infer.divergence import DivergenceError, check_collapse, first_nonfinite, step_error
+from zoo.infer.divergence import (
+    DivergenceError,
+    check_collapse,
+    first_nonfinite,
+    initial_values,
+    step_error,
+)
 from zoo.infer.fit_checks import (
     check_data,
     check_fit_objects,
+    check_guide_dtype,
+    check_guide_fits_model,
     check_model_data,
     check_same_data,
     data_shapes,
@@ -144,8 +153,10 @@ def fit(
     recorded for checkpoints (default: the spec :func:`zoo.experiments.registry.build` put on the model).
 
     Everything is checked before the first step (:func:`~zoo.infer.fit_checks.check_model_data`: a wrong
-    feature count or targets outside the likelihood's support are a ``ValueError`` naming ``x``/``y``), and
-    ``ZOO_NUM_THREADS`` is applied when set (:mod:`zoo.infer.threads`).
+    feature count or targets outside the likelihood's support are a ``ValueError`` naming ``x``/``y``; a
+    guide in another dtype than the model is a ``TypeError``, a guide built for another model a
+    ``ValueError`` naming ``guide`` and the sites, from one trace of a copy of it:
+    :mod:`zoo.infer.guide_match`), and ``ZOO_NUM_THREADS`` is applied when set (:mod:`zoo.infer.threads`).
     """
     optim = split_optimizer(optimizer, settings)
     cfg = distributed.resolve_nproc(resolve_fit_config(config, settings))
@@ -158,6 +169,7 @@ def fit(
             f"steps (CAVI); {type(guide).__name__} is not one"
         )
     check_model_data(model, x, y)
+    check_guide_dtype(model, guide)
     x, y = conform_tensors(model, x, y)  # no rows, any float dtype, scale warning (zoo.data.tensors)
     spec = fit_spec(model, guide, spec)
     _reseed_fresh_build(model, guide, cfg.seed)
@@ -168,6 +180,7 @@ def fit(
         guide.to(dev)
     x = x.to(dev)
     y = None if y is None else y.to(dev)
+    check_guide_fits_model(model, guide, x, y, cfg.batch_size)  # one trace, of a copy (zoo.infer.guide_match)
     if optim is None:
         optim = make_optimizer(cfg.optimizer, cfg.lr)
     if cfg.nproc > 1 and distributed.active() is None:  # data parallel: zoo.infer.launch spawns the ranks
@@ -282,25 +295,33 @@ def _step(svi: SVI, result: FitResult, x: Tensor, y: Tensor | None, idx: Tensor 
 
 def _checked_step(svi: SVI, result: FitResult, x: Tensor, y: Tensor | None, idx: Tensor | None) -> float:
     """:func:`_step`, then the divergence checks of :mod:`zoo.infer.divergence` (non-finite ELBO, parameter,
-    buffer or distribution parameter; collapsed ELBO): a :class:`DivergenceError` naming the step."""
+    buffer or distribution parameter; collapsed ELBO): a :class:`DivergenceError` naming the step (at step
+    1 with the guide's largest initial value, :func:`~zoo.infer.divergence.initial_values`)."""
     step, store = result.steps + 1, pyro.get_param_store()
     model, guide = result.model, result.guide
-    try:
-        elbo = _step(svi, result, x, y, idx)
-    except (ValueError, RuntimeError) as e:
-        error = step_error(e, step, store.named_parameters(), model, guide)
-        if error is None:
-            raise
-        raise error from e
+    watch = initial_values(svi, guide) if step == 1 else contextlib.nullcontext({})
+    with watch as found:
+        try:
+            elbo = _step(svi, result, x, y, idx)
+        except (ValueError, RuntimeError) as e:
+            error = step_error(e, step, store.named_parameters(), model, guide, _initial(found))
+            if error is None:
+                raise
+            raise error from e
+    initial = _initial(found)
     bad = first_nonfinite(store.named_parameters(), model, guide)
     if bad is not None:
-        raise DivergenceError(step, bad, guide)
+        raise DivergenceError(step, bad, guide, initial=initial)
     if not math.isfinite(elbo):
-        raise DivergenceError(step, f"the ELBO is {elbo}", guide)
+        raise DivergenceError(step, f"the ELBO is {elbo}", guide, initial=initial)
     collapsed = check_collapse(result.loop_state.setdefault("divergence", {}), elbo, x.shape[0])
     if collapsed is not None:
-        raise DivergenceError(step, collapsed, guide)
+        raise DivergenceError(step, collapsed, guide, initial=initial)
     return elbo
+
+
+def _initial(found: dict) -> tuple[str, float] | None:
+    return (found["name"], found["value"]) if found else None
 
 
 def _record(result: FitResult, elbo: float, callbacks: Sequence[Callback]) -> bool:

@@ -26,13 +26,15 @@ message starts with ``[contract-id]`` naming the broken contract (the ids and wh
 naming the argument before any check runs.  The checks work on copies of what they are given, seed every
 random stream themselves and restore the caller's afterwards, and leave Pyro's parameter store as it was.
 Sizes and tolerances (data rows, particles, fit steps, Monte Carlo draws, the standard-error tolerance of the
-closed-form ELBO, the device) are a :class:`KitConfig`, or keywords: ``check_guide(G, m, steps=10)``.
+closed-form ELBO, the device) are a :class:`KitConfig`, or keywords: ``check_guide(G, m, steps=10)``,
+``check_prior(p, gibbs_chains=500)`` (an unknown keyword is a ``TypeError`` naming it).
 
 * :func:`check_prior` — ``param-values``, ``param-sites``, ``event-dims``, ``site-names``, ``particles``,
   ``buffers``, ``param-store`` (and ``runs``), and ``conditionals`` for a prior with exact scale
   conditionals (NUTS within Gibbs; also alone, :func:`check_conditionals`);
-* :func:`check_guide` — ``guide-build``, ``fit``, ``coverage``, ``elbo-finite``, ``closed-form-elbo``,
-  ``predict-pure``, ``checkpoint``, ``arviz``, ``guide-dtype``, ``param-store``;
+* :func:`check_guide` — ``guide-build``, ``support`` (before the fit, on the unfitted guide, and after it),
+  ``fit``, ``coverage``, ``elbo-finite``, ``closed-form-elbo``, ``predict-pure``, ``checkpoint``, ``arviz``,
+  ``guide-dtype``, ``param-store``;
 * :func:`check_entry` — ``entry``, then every prior contract of the model it builds and every guide contract.
 """
 

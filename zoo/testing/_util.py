@@ -10,9 +10,9 @@ from typing import NoReturn
 import numpy as np
 import pyro
 import torch
-from pyro.poutine import Trace
-from pyro.poutine.util import site_is_subsample
 from torch import Tensor
+
+from zoo.infer.guide_match import latent_sites  # one definition, shared with zoo.infer.loop.fit's checks
 
 __all__ = [
     "CONTRACTS",
@@ -45,6 +45,8 @@ CONTRACTS: dict[str, str] = {
     "param-store": "Pyro's global parameter store holds the same keys before and after building and running",
     "guide-build": "the guide factory builds a callable guide on the model",
     "coverage": "the guide's sample sites (auxiliary ones aside) are exactly the model's latent sites",
+    "support": "every site the guide samples lies in the model site's support (a positive site gets a "
+    "positive distribution, not a Normal)",
     "fit": "a short fit with zoo.infer.loop.fit runs",
     "elbo-finite": "Trace_ELBO (vectorized particles), the guide's own loss and every ELBO the fit records "
     "are finite",
@@ -152,16 +154,3 @@ def make_data(
         w = torch.randn(in_features, n_classes, generator=g, dtype=torch.float64)
         y = (x @ w).argmax(-1)
     return x.to(dtype=ref.dtype, device=ref.device), y.to(ref.device)
-
-
-def latent_sites(trace: Trace, *, guide: bool = False) -> dict[str, dict]:
-    """Unobserved sample sites of ``trace`` (plate subsample sites and, for a ``guide`` trace, auxiliary
-    sites left out)."""
-    out = {}
-    for name, site in trace.nodes.items():
-        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
-            continue
-        if guide and site["infer"].get("is_auxiliary"):
-            continue
-        out[name] = site
-    return out

@@ -11,7 +11,12 @@ import torch
 from zoo.core.config import Config, resolve
 from zoo.core.validation import check_device_name, check_positive, check_positive_int, resolve_device
 
-__all__ = ["KitConfig", "kit_config"]
+__all__ = ["KitConfig", "kit_config", "UnknownSettingError"]
+
+
+class UnknownSettingError(TypeError, ValueError):
+    """An unknown keyword setting of a kit check: a ``TypeError`` (an unexpected keyword argument, as Python
+    reports one) and, as the kit reported it before, a ``ValueError``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +82,14 @@ class KitConfig(Config):
 
 def kit_config(config: KitConfig | Mapping[str, Any] | None, settings: Mapping[str, Any]) -> KitConfig:
     """``config`` (a :class:`KitConfig` or a mapping) updated by keyword ``settings``; ``device=None`` in
-    ``settings`` keeps the config's device."""
+    ``settings`` keeps the config's device.  An unknown keyword is an :class:`UnknownSettingError` naming it
+    (an unknown key of a ``config`` mapping stays the config's ``ValueError``)."""
+    unknown = sorted(set(settings) - set(KitConfig.field_names()))
+    if unknown:
+        raise UnknownSettingError(
+            f"unknown option(s) {unknown}: not keyword settings of the kit's checks (KitConfig); "
+            f"valid: {sorted(KitConfig.field_names())}"
+        )
     settings = {k: v for k, v in settings.items() if not (k == "device" and v is None)}
     cfg = resolve(KitConfig, config, settings)
     cfg.torch_device  # noqa: B018 - a CUDA device without CUDA is a ValueError before any check runs

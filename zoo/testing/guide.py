@@ -1,5 +1,11 @@
-"""The guide contracts (:func:`check_guide`): coverage, finite ELBOs, closed forms, fit -> predict purity,
-checkpoint round trip, ArviZ export, dtype, and Pyro's global parameter store.
+"""The guide contracts (:func:`check_guide`): support, coverage, finite ELBOs, closed forms, fit -> predict
+purity, checkpoint round trip, ArviZ export, dtype, and Pyro's global parameter store.
+
+Before the fit, the unfitted guide is traced once on copies (:func:`zoo.infer.guide_match.trace_copies`, as
+:func:`zoo.infer.loop.fit` does) and every site it samples must lie in the model site's support
+(``[support]``, :mod:`zoo.testing.support`); :func:`~zoo.infer.loop.fit` itself refuses a guide whose sites
+are not the model's (reported as ``[coverage]``).  After the fit both are checked again on the fitted guide,
+``[coverage]`` strictly (every local site sampled too).
 
 The checks run the zoo's own machinery on a small synthetic data set: a short :func:`zoo.infer.loop.fit`
 (:class:`~zoo.infer.config.FitConfig`), :func:`zoo.infer.predict.predict` twice with one seed,
@@ -28,6 +34,7 @@ from zoo.core.model import BayesianModel
 from zoo.eval.diagnostics import to_inference_data
 from zoo.infer.checkpoint import load, save
 from zoo.infer.config import FitConfig
+from zoo.infer.guide_match import GuideMismatchError, coverage_problems, trace_copies
 from zoo.infer.loop import fit
 from zoo.infer.result import FitResult
 from zoo.testing._util import (
@@ -41,6 +48,7 @@ from zoo.testing._util import (
 )
 from zoo.testing.config import KitConfig, kit_config
 from zoo.testing.elbo import check_closed_form
+from zoo.testing.support import check_support
 
 __all__ = ["check_guide", "Subject", "guide_contracts"]
 
@@ -71,7 +79,8 @@ def check_guide(
     **settings: Any,
 ) -> None:
     """Check every guide contract of ``guide_factory(model)`` (a class or function that builds a Pyro guide
-    on a zoo :class:`~zoo.core.model.BayesianModel`).
+    on a zoo :class:`~zoo.core.model.BayesianModel`; a guide already built, an ``nn.Module``, is a
+    ``TypeError``: pass its class).
 
     :param loss: optional ``loss(model, guide) -> pyro.infer.ELBO | None``, the objective the guide trains
         with (default: the guide's ``default_loss()`` if it has one, else ``Trace_ELBO``).
@@ -81,10 +90,7 @@ def check_guide(
     Returns ``None`` when every contract holds; raises ``AssertionError("[contract-id] ...")`` naming the
     first broken one.  ``model`` is not changed (the checks fit copies of it).
     """
-    if not callable(guide_factory):
-        raise TypeError(
-            f"guide_factory must be callable (model -> guide), got {type(guide_factory).__name__}"
-        )
+    _check_factory(guide_factory)
     if not isinstance(model, BayesianModel):
         raise TypeError(f"model must be a zoo BayesianModel, got {type(model).__name__}")
     if loss is not None and not callable(loss):
@@ -94,6 +100,21 @@ def check_guide(
     func = getattr(guide_factory, "func", guide_factory)  # a functools.partial names its function
     label = getattr(func, "__name__", type(guide_factory).__name__)
     guide_contracts(Subject(lambda: copy.deepcopy(pristine), guide_factory, None, loss, label), cfg)
+
+
+def _check_factory(guide_factory: object) -> None:
+    """A ``TypeError`` naming ``guide_factory`` unless it is a callable that is not itself a guide."""
+    if isinstance(guide_factory, torch.nn.Module):  # a PyroModule guide, an autoguide: already built
+        name = type(guide_factory).__name__
+        raise TypeError(
+            f"guide_factory must build a guide from a model (model -> guide); got a guide instance ({name}): "
+            f"pass the class or a function, e.g. check_guide({name}, model), or "
+            f"functools.partial({name}, option=...) for options"
+        )
+    if not callable(guide_factory):
+        raise TypeError(
+            f"guide_factory must be callable (model -> guide), got {type(guide_factory).__name__}"
+        )
 
 
 def guide_contracts(subject: Subject, cfg: KitConfig) -> None:
@@ -110,6 +131,9 @@ def guide_contracts(subject: Subject, cfg: KitConfig) -> None:
             )
         x, y = _data(model, cfg)
         loss = _loss(subject, model, guide)
+        g_tr, m_tr = trace_copies(model, guide, x, y)  # the unfitted guide, on copies (zoo.infer.guide_match)
+        if m_tr is not None:
+            check_support(g_tr, m_tr)
         res = _fit(model, guide, x, y, loss, subject.spec, cfg, cfg.steps)
         with res.activate(), torch.no_grad():
             _check_coverage(model, guide, x, y)
@@ -138,6 +162,8 @@ def _fit(model, guide, x, y, loss, spec, cfg: KitConfig, steps: int) -> FitResul
     settings = FitConfig(steps=steps, lr=cfg.lr, seed=cfg.seed, progress=False, device=str(cfg.torch_device))
     try:
         res = fit(model, guide, x, y, settings, loss=loss, spec=spec)
+    except GuideMismatchError as e:  # fit's own check before its first step (zoo.infer.guide_match)
+        fail("coverage", str(e))
     except FloatingPointError as e:
         fail("elbo-finite", f"the fit stopped on a non-finite ELBO: {e}")
     except Exception as e:
@@ -148,16 +174,15 @@ def _fit(model, guide, x, y, loss, spec, cfg: KitConfig, steps: int) -> FitResul
 
 
 def _check_coverage(model, guide, x: Tensor, y: Tensor) -> None:
+    """``[coverage]`` (strict: after the fit every local site is sampled too) and ``[support]`` of the fitted
+    guide."""
     with contract("coverage", "tracing the guide and replaying the model on its draws"):
         g_tr = poutine.trace(guide).get_trace(x, y)
         m_tr = poutine.trace(poutine.replay(model, trace=g_tr)).get_trace(x, y)
-    q, p = set(latent_sites(g_tr, guide=True)), set(latent_sites(m_tr))
-    if p - q:
-        fail("coverage", f"the model's latent site(s) {sorted(p - q)} have no factor in the guide (the ELBO "
-             "would draw them from the prior)")  # fmt: skip
-    if q - p:
-        fail("coverage", f"guide site(s) {sorted(q - p)} are not latent sites of the model (mark auxiliary "
-             "variables with infer={'is_auxiliary': True})")  # fmt: skip
+    problems = coverage_problems(g_tr, m_tr)
+    if problems:
+        fail("coverage", problems[0])
+    check_support(g_tr, m_tr)
 
 
 def _check_finite(model, guide, x: Tensor, y: Tensor, loss, cfg: KitConfig) -> None:

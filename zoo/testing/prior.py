@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pyro
 import torch
@@ -50,9 +51,14 @@ def check_prior(
     task: str = "regression",
     device: str | torch.device | None = None,
     config: KitConfig | Mapping | None = None,
+    **settings: Any,
 ) -> None:
     """Check every prior contract of ``prior`` on ``MLP(in_features, hidden, out)`` with the default
     likelihood of ``task`` (``out`` = 1, or 3 classes for ``"multiclass"``).
+
+    :param config: a :class:`~zoo.testing.config.KitConfig` (or mapping) of sizes and tolerances, updated by
+        keyword ``settings`` as in :func:`~zoo.testing.check_guide` (``check_prior(p, gibbs_chains=500)``);
+        an unknown keyword is a ``TypeError`` naming it.
 
     Returns ``None`` when every contract holds; raises ``AssertionError("[contract-id] ...")`` naming the
     first broken one.  Bad arguments are a ``TypeError``/``ValueError`` naming them before any check runs.
@@ -61,7 +67,7 @@ def check_prior(
     """
     if not isinstance(prior, Prior):
         raise TypeError(f"prior must be a zoo Prior (zoo.core.prior.Prior), got {type(prior).__name__}")
-    cfg = kit_config(config, {"device": device})
+    cfg = kit_config(config, {**settings, "device": device})
     out = 3 if task == "multiclass" else 1
     arch = MLP(in_features, hidden, out)  # validates in_features / hidden
     likelihood = make_likelihood(task, out)  # validates task
