@@ -248,7 +248,7 @@ def test_reduces_to_gaussian_bnn_when_alpha_is_one():
     y = torch.randint(0, 2, (6,))
     gtr = poutine.trace(guide).get_trace(x, y)
     mtr = poutine.trace(poutine.replay(model, trace=gtr)).get_trace(x, y)
-    elbo = float(mtr.log_prob_sum() - gtr.log_prob_sum())
+    elbo = float((mtr.log_prob_sum() - gtr.log_prob_sum()).detach())
     with torch.no_grad():
         params, kl, n_w = {}, 0.0, 0
         for s in model.specs:

@@ -159,10 +159,10 @@ def test_the_refit_after_the_last_step_solves_the_weighted_update(name):
     a = a0 + 0.5 * y.numel()
     loc_mod, loc_name, scale_mod, scale_name = lognormal_noise_factor(guide, model)
     with on.activate():
-        fitted = (float(getattr(loc_mod, loc_name)), float(getattr(scale_mod, scale_name)))
+        fitted = (float(getattr(loc_mod, loc_name).detach()), float(getattr(scale_mod, scale_name).detach()))
         torch.manual_seed(11)
         refit_noise(guide, model, x, y)
-        again = (float(getattr(loc_mod, loc_name)), float(getattr(scale_mod, scale_name)))
+        again = (float(getattr(loc_mod, loc_name).detach()), float(getattr(scale_mod, scale_name).detach()))
         torch.manual_seed(11)
         z = residual_draws(guide, model, x, y, NOISE_REFIT_DRAWS)
     b = weighted_noise_rate(lik, z, a, b0, b=1.0)
