@@ -28,7 +28,9 @@ import pyro
 import torch
 
 from zoo.experiments.bench import BenchPlan, parse_spec, run_fits
+from zoo.experiments.bench_fit import load_bench_dataset
 from zoo.experiments.cli_common import parse_splits
+from zoo.experiments.registry import get_entry
 from zoo.experiments.runs import dumps_json
 from zoo.experiments.suites import get_suite
 from zoo.io import atomic_write_text
@@ -78,19 +80,33 @@ def versions() -> dict:
     }
 
 
+def fitting_specs(suite, specs: tuple, data_dir: str | None) -> tuple:
+    """The ``specs`` whose registry entry takes the task of at least one of the suite's datasets (the
+    ``selection`` suite is binary: the regression-only ``blr-cavi`` and ``bowtie`` sit it out)."""
+    tasks = {load_bench_dataset(d, suite.splits[0], data_dir, None).task for d in suite.datasets}
+    return tuple(s for s in specs if tasks & set(get_entry(s.model).tasks))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--suite", required=True)
     p.add_argument("--work", required=True, help="journal folder (resumable)")
     p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--specs", default=",".join(ZOO_SPECS), help="comma-separated name:guide list")
+    p.add_argument(
+        "--specs",
+        default=None,
+        help="comma-separated name:guide list (default: the ZOO_SPECS whose entry fits a task of the suite)",
+    )
     p.add_argument("--steps", type=int, default=None, help="smoke runs only")
     p.add_argument("--splits", default=None, help="smoke runs only, e.g. 0-0")
     p.add_argument("--results-dir", default=None, help=f"default {RESULTS} (refused for smoke runs)")
     p.add_argument("--data-dir", default=None)
     a = p.parse_args(argv)
     suite = get_suite(a.suite)
-    specs = tuple(parse_spec(s) for s in a.specs.split(",") if s)
+    if a.specs is None:
+        specs = fitting_specs(suite, tuple(parse_spec(s) for s in ZOO_SPECS), a.data_dir)
+    else:
+        specs = tuple(parse_spec(s) for s in a.specs.split(",") if s)
     splits = parse_splits(a.splits)
     plan = BenchPlan(
         suite, specs, splits=None if splits is None else tuple(splits), steps=a.steps, data_dir=a.data_dir
