@@ -31,32 +31,29 @@ def test_a_build_error_names_its_own_flag(tmp_path, capsys, extra, flag):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_builder_failing_on_its_defaults_blames_the_model_not_a_flag(tmp_path, capsys, clean_registry):
-    plugin = tmp_path / "plug_broken_builder.py"
+def _fit_error_with_builder(tmp_path, capsys, name: str, body: str) -> str:
+    """Register entry ``name`` whose builder runs ``body`` (from a plugin file), ``zoo fit`` it and return the
+    one error line (exit 2, nothing written)."""
+    plugin = tmp_path / f"plug_{name.replace('-', '_')}.py"
     plugin.write_text(
         "import zoo\n"
         "from guides.autoguides import autoguide_factory\n"
         "def build(in_features, out_features, task, hidden, **opts):\n"
-        "    raise ValueError('the builder cannot make this network')\n"
-        "zoo.register(zoo.ModelEntry(name='broken-builder', summary='fails', build=build,\n"
-        "    tasks=('regression',),\n"
-        "    guides={'normal': autoguide_factory('normal')}, default_hidden=(4,)))\n"
+        f"    {body}\n"
+        f"zoo.register(zoo.ModelEntry(name={name!r}, summary='a broken builder', build=build,\n"
+        "    tasks=('regression',), guides={'normal': autoguide_factory('normal')}, default_hidden=(4,)))\n"
     )
+    out = tmp_path / "r"
     with pytest.raises(SystemExit) as e:
-        main(
-            [
-                "--plugin",
-                str(plugin),
-                "fit",
-                "broken-builder",
-                "--dataset",
-                "diabetes",
-                "--out",
-                str(tmp_path / "r"),
-            ]
-        )
-    assert e.value.code == 2
-    err = capsys.readouterr().err
+        main(["--plugin", str(plugin), "fit", name, "--dataset", "diabetes", "--out", str(out)])
+    assert e.value.code == 2 and not out.exists()
+    return capsys.readouterr().err
+
+
+def test_a_builder_failing_on_its_defaults_blames_the_model_not_a_flag(tmp_path, capsys, clean_registry):
+    err = _fit_error_with_builder(
+        tmp_path, capsys, "broken-builder", "raise ValueError('the builder cannot make this network')"
+    )
     assert "argument model: the builder cannot make this network" in err, err
 
 
@@ -94,30 +91,6 @@ def test_list_matrix_names_the_plugin_entries_it_does_not_cover(capsys, clean_re
 
 
 def test_a_builder_returning_something_else_than_a_model_is_named(tmp_path, capsys, clean_registry):
-    plugin = tmp_path / "plug_tuple_builder.py"
-    plugin.write_text(
-        "import zoo\n"
-        "from guides.autoguides import autoguide_factory\n"
-        "def build(in_features, out_features, task, hidden, **opts):\n"
-        "    m = zoo.build('mfvi-bnn', in_features, out_features, task, hidden=hidden)[0]\n"
-        "    return m, None\n"
-        "zoo.register(zoo.ModelEntry(name='tuple-builder', summary='returns a pair', build=build,\n"
-        "    tasks=('regression',),\n"
-        "    guides={'normal': autoguide_factory('normal')}, default_hidden=(4,)))\n"
-    )
-    with pytest.raises(SystemExit) as e:
-        main(
-            [
-                "--plugin",
-                str(plugin),
-                "fit",
-                "tuple-builder",
-                "--dataset",
-                "diabetes",
-                "--out",
-                str(tmp_path / "r"),
-            ]
-        )
-    assert e.value.code == 2
-    err = capsys.readouterr().err
+    body = "return zoo.build('mfvi-bnn', in_features, out_features, task, hidden=hidden)[0], None"
+    err = _fit_error_with_builder(tmp_path, capsys, "tuple-builder", body)
     assert "argument model: the builder of tuple-builder must return a zoo BayesianModel, got tuple" in err

@@ -47,22 +47,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_dispatch_arguments(b)  # --backend {loky,dask,ray} --address
     b.add_argument("--steps", type=int, default=None, help="override the budget (smoke run, off budget)")
     b.add_argument("--splits", default=None, help="e.g. 0-0 or 0,2 (smoke run unless the suite's own)")
-    b.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="model builder option (repeatable), e.g. --option regularized=false; values parse by the "
-        "option's type (booleans: true/false, yes/no, 1/0), else as JSON",
-    )
-    b.add_argument(
-        "--guide-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="guide option (repeatable), e.g. --guide-option init_sd=1e-3; values parse by the guide "
-        "factory's annotated type, else as JSON",
-    )
+    from zoo.experiments.cli_parsers import add_option_arguments
+
+    add_option_arguments(b)  # --option, --guide-option
     b.add_argument("--dataset", default=None, help="own data instead of a suite: csv:PATH or npz:PATH")
     b.add_argument(
         "--against",

@@ -7,7 +7,28 @@ import argparse
 
 from zoo.experiments.cli_checks import RUN_FILES
 
-__all__ = ["add_fit_parser", "add_reproduce_parser"]
+__all__ = ["add_fit_parser", "add_reproduce_parser", "add_option_arguments"]
+
+
+def add_option_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--option KEY=VALUE`` and ``--guide-option KEY=VALUE`` (repeatable), as ``zoo fit`` and ``zoo bench``
+    take them: values parse by the setting's type (:func:`zoo.experiments.cli_common.parse_value`)."""
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model builder option (repeatable), e.g. --option regularized=false; values parse by the "
+        "option's type (booleans: true/false, yes/no, 1/0), else as JSON",
+    )
+    parser.add_argument(
+        "--guide-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="guide option (repeatable), e.g. --guide-option beta_rule=textbook; values parse by the guide "
+        "factory's annotated type, else as JSON",
+    )
 
 
 def add_fit_parser(sub: argparse._SubParsersAction) -> None:
@@ -51,22 +72,7 @@ def add_fit_parser(sub: argparse._SubParsersAction) -> None:
         "the zoo's small networks run fastest single-threaded on a 2-core machine)",
     )
     f.add_argument("--data-dir", default=None, help="data root (default ZOO_DATA_DIR)")
-    f.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="model builder option (repeatable), e.g. --option regularized=false; values parse by the "
-        "option's type (booleans: true/false, yes/no, 1/0), else as JSON",
-    )
-    f.add_argument(
-        "--guide-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="guide option (repeatable), e.g. --guide-option beta_rule=textbook; values parse by type, "
-        "else as JSON",
-    )
+    add_option_arguments(f)
     f.add_argument(
         "--ensemble",
         type=int,
