@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +37,7 @@ import torch
 __all__ = [
     "atomic_write",
     "atomic_write_bytes",
+    "atomic_write_path",
     "atomic_write_text",
     "atomic_torch_save",
     "atomic_write_many",
@@ -166,6 +168,28 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_path(path: str | os.PathLike, write_to: Callable[[Path], Any]) -> None:
+    """Call ``write_to(tmp)`` with the name of a temporary file beside ``path`` and atomically rename it to
+    ``path``: for writers that take a file name rather than a file object (netCDF).  The file keeps the
+    permissions of any new file (``0o666`` less the umask) even if the writer replaces the temporary.
+
+    On any error (or interruption) the temporary file is removed and the old ``path`` is untouched."""
+    path = Path(path)
+    _check_target(path)
+    remove_orphans(path)
+    tmp, fd = _open_tmp(path)
+    os.close(fd)
+    try:
+        mode = stat.S_IMODE(os.stat(tmp).st_mode)  # 0o666 & ~umask, without reading or changing the umask
+        write_to(tmp)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

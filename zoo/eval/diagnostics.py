@@ -40,9 +40,7 @@ VI is judged by the ELBO trace and by agreement across seeds (fits from several 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import arviz as az
@@ -58,7 +56,7 @@ from torch import Tensor
 from zoo.core.validation import check_positive_int, check_tensor
 from zoo.eval.units import annotate_target_scaling
 from zoo.infer.predict import _guide_trace, log_likelihood, posterior_samples, predict
-from zoo.io import _open_tmp, remove_orphans
+from zoo.io import atomic_write_path
 
 if TYPE_CHECKING:
     from zoo.infer.result import FitResult
@@ -350,18 +348,5 @@ def save_netcdf(idata: az.InferenceData, path: str | os.PathLike) -> None:
     The file gets the permissions of any file the process creates (``0o666`` less the umask, as for the
     run folder's ``metrics.json``): the temporary file is created through :mod:`zoo.io` with mode
     ``0o666``, so the operating system applies the umask, and that mode is set again after the netCDF
-    writer has written it (a writer may replace the file it is given)."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise ValueError(f"path: folder {str(path.parent)!r} does not exist")
-    remove_orphans(path)
-    tmp, fd = _open_tmp(path)
-    os.close(fd)
-    try:
-        mode = stat.S_IMODE(os.stat(tmp).st_mode)  # 0o666 & ~umask, without reading or changing the umask
-        idata.to_netcdf(str(tmp))
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    writer has written it (a writer may replace the file it is given): :func:`zoo.io.atomic_write_path`."""
+    atomic_write_path(path, lambda tmp: idata.to_netcdf(str(tmp)))  # a missing folder: ValueError
