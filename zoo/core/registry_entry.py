@@ -1,6 +1,7 @@
 """The registry's entry type, its name rule and the fit defaults entries share: a :class:`ModelEntry` is what
-:func:`zoo.experiments.registry.register` stores (the registry itself, its plugins and ``build`` live in
-:mod:`zoo.experiments.registry`, which re-exports everything here).
+:func:`zoo.experiments.registry.register` stores (the registry's API, its plugins and ``build`` live in
+:mod:`zoo.experiments.registry`, which re-exports everything here; its table in
+:mod:`zoo.core.registry_store`).
 
 Model and guide names follow :data:`NAME_RULE`, so that they survive the command line's syntax: ``zoo bench
 MODEL:GUIDE``, ``--guide NAME`` and bench labels ``model:guide[key=value,...]``.

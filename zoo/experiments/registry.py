@@ -18,13 +18,12 @@ its entries with the plugin's origin (:attr:`ModelEntry.plugin`, recorded in eve
 says what to import) and its identity (the plugin's module name): a name registered again by the same
 identity is a no-op, by anyone else a clash naming both owners.  :func:`register_guide` adds a guide to a
 registered entry (a plugin calling it owns that guide).  Names follow :data:`NAME_RULE`; the entry type
-lives in :mod:`zoo.core.registry_entry`.
+lives in :mod:`zoo.core.registry_entry`, the table and the running of plugins in
+:mod:`zoo.core.registry_store`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import copy
 import dataclasses
 import importlib
@@ -33,9 +32,7 @@ import importlib.util
 import logging
 import os
 import pkgutil
-import traceback
-import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from zoo.core.build_seed import check_build_seed, mark_fresh, seeded_rng
@@ -48,6 +45,17 @@ from zoo.core.registry_entry import (
     PluginSource,
     check_name,
     same_ignoring_case,
+)
+from zoo.core.registry_store import (
+    ENTRIES,
+    ENTRY_POINT_GROUP,
+    PluginError,
+    current_plugin,
+    dist_name,
+    load_entry_point,
+    loading_plugin,
+    plugin_names,
+    run_plugin,
 )
 from zoo.core.validation import check_widths
 
@@ -76,20 +84,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ENTRY_POINT_GROUP = "pyro_bnn_zoo.models"
-"""The entry-point group of model plugins (named for the distribution ``pyro-bnn-zoo``)."""
-
-
-class PluginError(ValueError):
-    """A plugin cannot be loaded: missing file or module, import failure, name clash, nothing registered."""
-
-
 FAMILIES_PACKAGE = "zoo.families"
-_REGISTRY: dict[str, ModelEntry] = {}
+_REGISTRY = ENTRIES  # the one table (zoo.core.registry_store)
 _LOADED = False
 _LOADING = False  # the family modules are being imported
 _EP_LOADED: set[str] = set()  # entry points already loaded ("<dist>:<name>=<value>")
-_CURRENT: contextvars.ContextVar[PluginSource | None] = contextvars.ContextVar("zoo_plugin", default=None)
 
 
 def load_plugins() -> None:
@@ -112,7 +111,7 @@ def load_plugins() -> None:
     if _LOADING or os.environ.get("ZOO_NO_ENTRY_POINTS", "").strip() not in ("", "0"):
         return  # a family looking a model up while the families load: the entry points come after them
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        key = f"{_dist_name(ep)}:{ep.name}={ep.value}"
+        key = f"{dist_name(ep)}:{ep.name}={ep.value}"
         if key in _EP_LOADED:
             continue
         _EP_LOADED.add(key)  # first: a plugin that looks a model up while it loads does not load itself again
@@ -121,85 +120,6 @@ def load_plugins() -> None:
         except BaseException:
             _EP_LOADED.discard(key)  # tried again next time
             raise
-
-
-def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return dist.name if dist is not None else "<unknown distribution>"
-
-
-def load_entry_point(ep: importlib.metadata.EntryPoint) -> list[str]:
-    """Load one entry point of :data:`ENTRY_POINT_GROUP` (its value a module, imported, or a callable,
-    called with no arguments); returns the model names its module owns."""
-    dist = _dist_name(ep)
-    what = f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP}) of distribution {dist!r}"
-    hint = f"fix or uninstall {dist!r}, or set ZOO_NO_ENTRY_POINTS=1 to skip installed plugins"
-    return run_plugin(PluginSource(ep.module, f"entry-point:{dist}"), ep.load, what, hint)
-
-
-@contextlib.contextmanager
-def loading_plugin(source: PluginSource) -> Iterator[None]:
-    """Within the block, :func:`register` stamps entries with ``source`` (used by the plugin loaders)."""
-    token = _CURRENT.set(source)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
-
-
-def plugin_names(identity: str) -> list[str]:
-    """The registered names owned by the plugin module ``identity``: its models, and ``model:guide`` for
-    each guide it added to another plugin's or the zoo's model (:func:`register_guide`)."""
-    models = [n for n, e in _REGISTRY.items() if e.plugin_module == identity]
-    guides = [
-        f"{n}:{g}" for n, e in _REGISTRY.items() for g, s in e.guide_plugins.items() if s.identity == identity
-    ]
-    return sorted(models + guides)
-
-
-def _unregister(name: str) -> None:
-    """Remove a model, or the guide of ``model:guide`` (a plugin that failed to load)."""
-    model, _, guide = name.partition(":")
-    entry = _REGISTRY.get(model)
-    if entry is None or not guide:
-        _REGISTRY.pop(model, None)
-        return
-    _REGISTRY[model] = entry.without_guide(guide)
-
-
-def run_plugin(source: PluginSource, load: Callable[[], object], what: str, hint: str = "") -> list[str]:
-    """Run a plugin under ``source``: ``load()`` returns a module (whose ``register()``, if any, is called
-    when importing it registered nothing) or a callable (called with no arguments).  Returns the names the
-    plugin's module owns; a failure, a clash or no names at all is a :class:`PluginError` naming ``what``
-    (and whatever the failed plugin registered is removed again)."""
-    before = set(plugin_names(source.identity))
-    try:
-        with loading_plugin(source):
-            obj = load()
-            if isinstance(obj, types.ModuleType):
-                hook = getattr(obj, "register", None)
-                if set(plugin_names(source.identity)) == before and not before and callable(hook):
-                    hook()
-            elif callable(obj):
-                obj()
-            else:
-                raise TypeError(f"the value is a {type(obj).__name__}, not a module or a callable")
-    except Exception as e:
-        for name in sorted(set(plugin_names(source.identity)) - before, reverse=True):  # guides first
-            _unregister(name)  # no half-registered plugin
-        if isinstance(e, PluginError):
-            raise PluginError(f"{what}: {e}" + (f"; {hint}" if hint else "")) from e
-        tb = "".join(traceback.format_exception(e)).rstrip()
-        msg = f"{what} failed to load: {type(e).__name__}: {e}\n{tb}"
-        raise PluginError(msg + (f"\n{hint}" if hint else "")) from e
-    names = plugin_names(source.identity)
-    if not names:
-        raise PluginError(
-            f"{what} registered no model or guide: call zoo.registry.register(ModelEntry(...)) (or "
-            "register_guide) at import or define a register() function with no arguments"
-            + (f"; {hint}" if hint else "")
-        )
-    return names
 
 
 def _family_modules() -> list[str]:
@@ -230,7 +150,7 @@ def register(entry: ModelEntry) -> ModelEntry:
         raise ValueError("guides: an entry needs at least one guide")
     for guide in entry.guides:
         check_name(f"guides of {entry.name}", guide)
-    source = _CURRENT.get()
+    source = current_plugin()
     if source is not None and entry.plugin is None:
         entry = dataclasses.replace(entry, plugin=source.origin, plugin_module=source.identity)
     old = _REGISTRY.get(entry.name)
@@ -272,7 +192,7 @@ def register_guide(model_name: str, guide_name: str, factory: Callable[..., Call
     if not isinstance(model_name, str):
         raise TypeError(f"model_name: a model name must be a string, got {type(model_name).__name__}")
     load_plugins()
-    source, entry = _CURRENT.get(), _REGISTRY.get(model_name)
+    source, entry = current_plugin(), _REGISTRY.get(model_name)
     if entry is None:
         raise ValueError(_unknown_model("model_name", model_name))
     owner = entry.guide_plugins.get(guide_name)
