@@ -81,6 +81,25 @@ def test_score_fit_scores_a_fit_that_records_its_scale(toy):
     assert math.isfinite(score_fit(raw, inst, arrays, True, 50, 0)["y"]["w2"])
 
 
+def test_a_dataset_fit_on_raw_targets_says_so(toy):
+    """fit_on_dataset without standardization records ``standardize_y: False`` (not only ``dataset``), so a
+    fit's config always names its target scale; a config naming a dataset and saying nothing stays accepted
+    (runs saved before the key was recorded), one that names a dataset but records standardization without
+    its statistics does not."""
+    inst, arrays, _, _, _ = toy
+    ds = zoo.from_arrays("raw", "regression", np.zeros((4, 1)), np.arange(4.0), np.zeros((2, 1)), np.ones(2))
+    assert zoo.data.tensors.fit_tensors(ds, torch.device("cpu"), standardize_y=False)[4] == {
+        "standardize_y": False
+    }
+    assert set(zoo.data.tensors.fit_tensors(ds, torch.device("cpu"))[4]) == {"y_mean", "y_std"}
+    fitted = _fit(toy, toy[4], steps=2)
+    fitted.config = {"dataset": "x"}
+    score_fit(fitted, inst, arrays, True, 10, 0)  # legacy: accepted
+    fitted.config = {"dataset": "x", "standardize_y": True}
+    with pytest.raises(ValueError, match="^result: "):
+        score_fit(fitted, inst, arrays, True, 10, 0)
+
+
 # ------------------------------------------------------------------------------ 5. headline and floor
 
 

@@ -87,7 +87,9 @@ def fit_tensors(
 
     For regression with ``standardize_y`` the training targets become ``(y - mu) / sd`` and
     ``extra = {"y_mean": mu, "y_std": sd}`` records how to undo it (a dataset's own ``y_mean`` / ``y_std``
-    take precedence over the training statistics; a zero ``sd`` becomes 1).  Test targets stay on the
+    take precedence over the training statistics; a zero ``sd`` becomes 1); without it ``extra =
+    {"standardize_y": False}`` says so (a fit's config then always tells its target scale, as
+    :func:`zoo.reference.score.score_fit` needs).  Test targets stay on the
     original scale: metrics are reported there.  A single-output regression target of shape ``(N, 1)`` is
     squeezed to ``(N,)``, the shape the likelihood scores (``(N, 1)`` against ``(N,)`` means would
     broadcast to ``(N, N)``)."""
@@ -101,4 +103,6 @@ def fit_tensors(
         sd = sd if sd > 0 else 1.0
         ytr = (ytr - mu) / sd
         extra = {"y_mean": mu, "y_std": sd}
+    elif dataset.task == "regression":
+        extra = {"standardize_y": False}  # said, not implied: a fit's config then tells its scale
     return xtr, ytr, xte, yte, extra
