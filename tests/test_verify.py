@@ -117,6 +117,14 @@ def test_verify_refuses_before_any_fit(tiny, tmp_path, capsys, monkeypatch):
         verify_protocol(tiny, tmp_path)  # split 1 has none
     with pytest.raises(ValueError, match="tolerance"):
         verify_protocol(tiny, tmp_path, splits=[0], tolerance=-1.0)
+    # a row fitted with another guide than the run fits now (the entry's default guide changed since)
+    (tmp_path / f"{tiny}.json").write_text(json.dumps({"rows": [{**row, "guide": "flow"}]}))
+    with pytest.raises(ValueError, match=r"now fits mfvi-bnn:normal but .* fitted with mfvi-bnn:flow"):
+        verify_protocol(tiny, tmp_path, splits=[0])
+    (tmp_path / f"{tiny}.json").write_text(json.dumps({"rows": [{**row, "model": "hs-bnn"}]}))
+    with pytest.raises(ValueError, match=r"committed row was fitted with hs-bnn:"):
+        verify_protocol(tiny, tmp_path, splits=[0])
+    (tmp_path / f"{tiny}.json").write_text(json.dumps({"rows": [row]}))
     with pytest.raises(ValueError, match="unknown protocol"):
         verify_protocol("no-such-protocol", tmp_path)
     with pytest.raises(SystemExit):  # only DIR/NAME.json is read: a missing folder is that error
@@ -127,3 +135,25 @@ def test_verify_refuses_before_any_fit(tiny, tmp_path, capsys, monkeypatch):
             main(["reproduce", tiny, "--out", str(tmp_path), "--verify", *extra])
         assert "argument --verify" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{tiny}.json"]
+
+
+def test_every_committed_protocol_row_is_what_its_run_fits_now():
+    """Each committed protocol row was fitted with the model and guide its run fits today, so ``--verify``
+    compares like with like (lbbnn-selection once fitted the entry's default guide, which changed)."""
+    from pathlib import Path
+
+    from zoo.experiments.reproduce import PROTOCOLS, _row_key, _spec_key, available_protocols
+    from zoo.experiments.verify import check_same_fit
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    checked = 0
+    for name in available_protocols():
+        record = results / f"{name}.json"
+        if not record.exists():
+            continue
+        rows = {_row_key(r): r for r in json.loads(record.read_text())["rows"]}
+        p = PROTOCOLS[name]
+        specs = [s for s in p.runs(None) if _spec_key(s) in rows]
+        check_same_fit(specs, rows, _spec_key)
+        checked += len(specs)
+    assert checked > 1000  # the committed protocols' rows, not an empty loop

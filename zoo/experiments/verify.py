@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from zoo.experiments.dispatch import DispatchConfig
 
 __all__ = [
+    "check_same_fit",
     "check_tolerance",
     "comparison",
     "host_status",
@@ -118,6 +119,25 @@ def summary_line(counts: dict[str, int], tolerance: float) -> str:
     )
 
 
+def check_same_fit(specs: Sequence, rows: dict, key: object) -> None:
+    """``ValueError`` before any fit when a run would fit another model or guide than its committed row
+    records (the protocol or an entry's default guide changed since the rows were made): the comparison
+    would then measure that change, not the host or the code of the same fit."""
+    from zoo.experiments.registry import get_entry
+
+    for spec in specs:
+        row = rows[key(spec)]
+        guide = spec.kwargs.get("guide") or get_entry(spec.model).default_guide
+        now, then = (spec.model, guide), (row.get("model", spec.model), row.get("guide", guide))
+        if now != then:
+            raise ValueError(
+                f"protocol: run {key(spec)} now fits {now[0]}:{now[1]} but its committed row was fitted with "
+                f"{then[0]}:{then[1]}; the protocol (or the entry's default guide) changed since the rows "
+                "were made, so --verify cannot compare them: pin the committed guide in the protocol's runs, "
+                "or rerun the protocol"
+            )
+
+
 def verify_protocol(
     name: str,
     out_dir: str | os.PathLike,
@@ -162,6 +182,7 @@ def verify_protocol(
         raise ValueError(
             f"splits/variants: {len(missing)} selected run(s) have no committed row, e.g. {missing[0]}"
         )
+    check_same_fit(specs, rows, _spec_key)
     with tempfile.TemporaryDirectory() as tmp:
         doc = run_protocol(
             name,
