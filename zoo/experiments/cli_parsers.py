@@ -151,6 +151,22 @@ def add_fit_parser(sub: argparse._SubParsersAction) -> None:
     add_plugin_argument(f)
 
 
+class _ListProtocols(argparse.Action):
+    """``zoo reproduce --list``: print :func:`zoo.experiments.reproduce.format_protocols` and exit 0 (like
+    ``--help``, before NAME and --out are asked for)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from zoo.experiments.plugins import load_cli_plugins
+        from zoo.experiments.reproduce import format_protocols
+
+        load_cli_plugins(parser, getattr(namespace, "plugin", None))
+        print(format_protocols())
+        parser.exit(0)
+
+
 def add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
     """``zoo reproduce``'s arguments."""
     from zoo.experiments.plugins import add_plugin_argument
@@ -158,7 +174,13 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser(
         "reproduce", help="run a paper protocol over splits; writes DIR/NAME.json and DIR/NAME.md"
     )
-    r.add_argument("name", help="protocol name (the list is in zoo reproduce's error for an unknown one)")
+    r.add_argument("name", help="protocol name (zoo reproduce --list)")
+    r.add_argument(
+        "--list",
+        action=_ListProtocols,
+        help="print each protocol's name, what it runs and the paper's table or section it is compared with, "
+        "and exit (protocols of a --plugin given before --list included)",
+    )
     r.add_argument(
         "--out", required=True, help="folder of DIR/NAME.json and DIR/NAME.md (its parent must exist)"
     )
@@ -182,9 +204,12 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument(
         "--fresh",
+        "--overwrite",
+        dest="fresh",
         action="store_true",
-        help="start over although DIR/NAME.partial.jsonl holds an unfinished run of other settings "
-        "(that journal is kept beside it under a dated name; without --fresh it is refused)",
+        help="start over although DIR/NAME.partial.jsonl holds an unfinished run of other settings (that "
+        "journal is kept beside it under a dated name), and replace (or --merge into) a finished "
+        "DIR/NAME.json of other --steps/--set settings; without it both are refused before any fit",
     )
     r.add_argument(
         "--verify",

@@ -24,9 +24,16 @@ from zoo.experiments.config import RunConfig
 from zoo.experiments.dispatch import DispatchConfig
 from zoo.experiments.ensemble import ensemble_weights, fit_ensemble
 from zoo.experiments.host import host
-from zoo.experiments.journal import load_journal, run_journaled
+from zoo.experiments.journal import JournalMismatch, load_journal, run_journaled
 from zoo.experiments.protocol import Protocol, RunSpec
-from zoo.experiments.protocol_report import protocol_markdown, summarize
+from zoo.experiments.protocol_report import (
+    departures,
+    protocol_list,
+    protocol_markdown,
+    recorded_overrides,
+    render_markdown,
+    summarize,
+)
 from zoo.experiments.registry import load_plugins
 from zoo.experiments.runs import dumps_json, fit_on_dataset
 from zoo.io import atomic_write_many
@@ -38,7 +45,9 @@ __all__ = [
     "available_protocols",
     "check_overrides",
     "check_protocol_data",
+    "format_protocols",
     "register_protocol",
+    "render_protocol",
     "python_call",
     "run_config",
     "run_protocol",
@@ -56,6 +65,38 @@ PROTOCOLS: dict[str, Protocol] = {}
 def available_protocols() -> list[str]:
     load_plugins()
     return sorted(PROTOCOLS)
+
+
+def format_protocols() -> str:
+    """What ``zoo reproduce --list`` prints: each protocol's name, what it runs and the paper's numbers it
+    is compared with (:func:`zoo.experiments.protocol_report.protocol_list`)."""
+    return "\n".join(protocol_list({n: PROTOCOLS[n] for n in available_protocols()}))
+
+
+def render_protocol(name: str, out_dir: str | os.PathLike) -> Path:
+    """Write ``DIR/NAME.md`` again from ``DIR/NAME.json`` with the protocol's current description and paper
+    source (no fit; the JSON is not changed); returns the path written."""
+    if name not in available_protocols():
+        raise ValueError(f"name: unknown protocol {name!r}; available: {', '.join(available_protocols())}")
+    src = Path(out_dir) / f"{name}.json"
+    md = render_markdown(PROTOCOLS[name], json.loads(src.read_text()))
+    atomic_write_many({src.with_suffix(".md"): md.encode()})
+    return src.with_suffix(".md")
+
+
+def _check_replace(previous: Path, overrides: dict | None, fresh: bool) -> None:
+    """Refuse, before any fit, to replace or merge into a finished ``NAME.json`` made with other overrides
+    (``--steps``/``--set``) unless ``fresh`` (``--fresh``, alias ``--overwrite``, as ``zoo fit
+    --overwrite``): a smoke run must not silently take the place of a finished result."""
+    if fresh or not previous.exists():
+        return
+    then = recorded_overrides(json.loads(previous.read_text()))
+    now = json.loads(json.dumps(overrides or {}))
+    if then != now:
+        raise JournalMismatch(
+            f"{previous} holds a finished run of other settings (overrides: {json.dumps(then)} there, "
+            f"{json.dumps(now)} now); write to another --out, or pass --overwrite (fresh=True) to replace it"
+        )
 
 
 def register_protocol(p: Protocol) -> Protocol:
@@ -300,10 +341,12 @@ def run_protocol(
     again with the same protocol and overrides resumes from it, and it is removed once the results are
     written.  A journal of other overrides is refused (:class:`~zoo.experiments.journal.JournalMismatch`,
     naming them) before any fit, unless ``fresh=True``, which sets it aside under a dated name and starts
-    over (:func:`zoo.experiments.journal.load_journal`).  ``merge=True`` keeps the rows of an existing
-    ``DIR/NAME.json`` whose (variant, dataset, split) this run does not redo, so a protocol can be completed
-    split range by split range (and, with ``variants``, variant by variant).  Progress is logged
-    (``logging``, INFO).
+    over (:func:`zoo.experiments.journal.load_journal`).  A finished ``DIR/NAME.json`` made with other
+    overrides is refused the same way (it is replaced, or merged into, only with ``fresh=True``); a run with
+    overrides that change a selected run is marked off budget in both files.  ``merge=True`` keeps the rows
+    of an existing ``DIR/NAME.json`` whose (variant, dataset, split) this run does not redo, so a protocol
+    can be completed split range by split range (and, with ``variants``, variant by variant).  Progress is
+    logged (``logging``, INFO).
 
     ``command`` is how the run is recorded (journal header, ``NAME.json``, ``NAME.md``): the CLI passes its
     shell command; called from Python without one, the Python call itself is recorded
@@ -313,10 +356,13 @@ def run_protocol(
             f"protocol: unknown protocol {name!r}; available: {', '.join(available_protocols())}"
         )
     p = PROTOCOLS[name]
-    specs = _apply_overrides(select_variants(p.runs(splits), variants, p.opt_in), overrides)
+    selected = select_variants(p.runs(splits), variants, p.opt_in)
+    specs = _apply_overrides(selected, overrides)
     _preflight(specs)
     cfg = dispatch or DispatchConfig(jobs=jobs)
     out = Path(out_dir)
+    previous = out / f"{name}.json"
+    _check_replace(previous, overrides, fresh)
     journal = out / f"{name}.partial.jsonl"
     signature = {"protocol": name, "overrides": overrides or {}}
     done = load_journal(journal, signature, _row_key, fresh=fresh)
@@ -328,7 +374,6 @@ def run_protocol(
     results = _run_all(p, specs, done, journal, head, cfg, progress)
     rows = [results[_spec_key(s)] for s in specs if _spec_key(s) in results]
     history: list[dict] = []
-    previous = out / f"{name}.json"
     if merge and previous.exists():
         rows, history = _merge_previous(previous, specs, rows)
     summary = summarize(rows, p.metrics)
@@ -340,6 +385,9 @@ def run_protocol(
         # the driver's CPU kernels, on which the rows' last digits depend (zoo.experiments.host)
         "host": host(),
         "wall_seconds": time.perf_counter() - t0,
+        "overrides": overrides or {},
+        # the overrides that change a selected run: a smoke run or an ablation ("off budget" in NAME.md)
+        "off_budget": departures(selected, overrides),
     }
     doc = {
         **header,
