@@ -167,8 +167,9 @@ register_protocol(
             "units, "
             "UCI standard splits (Hernández-Lobato & Adams 2015), inputs and targets standardized on train, "
             "metrics on the original scale from 100 posterior draws; 5000 Adam steps (lr 1e-2), batch 512.  "
-            "Variant nuts (yacht, boston, splits 0-4; only with `--variants nuts`): NUTS on paper 000's HMC "
-            "model, W ~ N(0, gamma / sqrt(fan_in)), b ~ N(0, gamma), gamma ~ IG(2, 1) (App. D.2), 4 chains x "
+            "Variant nuts (yacht, boston, splits 0-4; only with `--variants nuts`): NUTS on the HMC "
+            "model of Sheinkman & Wade 2025, W ~ N(0, gamma / sqrt(fan_in)), b ~ N(0, gamma), "
+            "gamma ~ IG(2, 1) (App. D.2), 4 chains x "
             "500 warm-up + 500 draws, tree depth <= 8, metrics from every draw."
         ),
         runs=_mfvi_uci_runs,

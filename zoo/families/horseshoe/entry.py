@@ -210,9 +210,9 @@ register_protocol(
     Protocol(
         name="hs-toys",
         description=(
-            "Paper 004 toys.  Cubic y = x^3 + N(0, 9), 100 train / 400 test (toy-hs, trial = seed): one "
-            "hidden "
-            "layer of 10/100/1000 ReLU units, Gaussian-prior mfvi-bnn vs hs-bnn factorized vs structured, "
+            "Toys of Ghosh, Yao & Doshi-Velez 2019 (arXiv:1705.10388).  Cubic y = x^3 + N(0, 9), "
+            "100 train / 400 test (toy-hs, trial = seed): one hidden layer of 10/100/1000 ReLU units, "
+            "Gaussian-prior mfvi-bnn vs hs-bnn factorized vs structured, "
             "5 trials (§6.2.1, Fig. 6/15).  2-2-1 toy (toy-hs-221): 15 hidden units, non-centered vs "
             "centered hs-bnn (factorized), compare the units kept by the pruning rule (`units_kept`) and "
             "by the shrinkage profile (`units_active`: ||E[w_kl]|| >= 0.1 x the layer's largest) "
@@ -223,7 +223,10 @@ register_protocol(
         ),
         runs=_toy_runs,
         metrics=("rmse", "nll", "accuracy", "units_kept", "units_active", *PRUNE_COLUMNS),
-        paper_source="arXiv:1705.10388 §6.2.1-6.2.2, Figs. 6, 7, 15 (figures only; no numbers in the text)",
+        paper_source=(
+            "Ghosh, Yao & Doshi-Velez 2019 (arXiv:1705.10388), §6.2.1-6.2.2, Figs. 6, 7, 15 (figures only; "
+            "no numbers in the text)"
+        ),
     )
 )
 
@@ -260,9 +263,9 @@ register_protocol(
     Protocol(
         name="hs-uci",
         description=(
-            "Paper 004 UCI regression (§6.3.3-6.5): boston, concrete, energy, yacht, wine, kin8nm, power, "
-            "naval; "
-            "one hidden layer of 50 ReLU units; standard splits 0-9; HS and reg-HS, factorized and "
+            "UCI regression of Ghosh, Yao & Doshi-Velez 2019 (arXiv:1705.10388, §6.3.3-6.5): boston, "
+            "concrete, energy, yacht, wine, kin8nm, power, naval; one hidden layer of 50 ReLU units; "
+            "standard splits 0-9 (the paper: 20 random 90/10 splits); HS and reg-HS, factorized and "
             "structured guides; Adam lr 0.005, batch 128, 5000 steps; metrics on the original scale from "
             "100 draws; the paper's noise model (Gamma(6, 6) precision, q(gamma) by gradient; the registry "
             "defaults differ); `density` from the pruning rule P(tau v < 1e-3) > 0.9; every fit also "
@@ -285,8 +288,8 @@ register_protocol(
         ),
         opt_in=("nuts",),
         paper_source=(
-            "arXiv:1705.10388 §6.3.3-6.5, Figs. 11-13 (relative-improvement figures only; no numbers in the "
-            "text)"
+            "Ghosh, Yao & Doshi-Velez 2019 (arXiv:1705.10388), §6.3.3-6.5, Figs. 11-13 (relative-improvement "
+            "figures only; no numbers in the text)"
         ),
     )
 )
