@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+import zoo
 from zoo.experiments.registry import build
+from zoo.infer.checkpoint import load_nuts
 from zoo.infer.mcmc import NUTSConfig, check_nuts_model, fit_nuts
 from zoo.infer.mcmc_chains import default_workers, run_chains
 from zoo.infer.mcmc_export import all_draws_predict, convergence_summary, to_inference_data
-from zoo.infer.mcmc_result import DrawIndex, NUTSResult, PosteriorDrawsGuide, load_nuts
+from zoo.infer.mcmc_result import DrawIndex, NUTSResult, PosteriorDrawsGuide
 
 FAST = {"progress": False, "parallel": False}
 
@@ -373,8 +375,11 @@ def test_cli_fit_nuts_end_to_end(data_dir, tmp_path, capsys) -> None:
     assert {"rmse", "nll", "rhat_max", "ess_bulk_min", "divergences", "pred_rhat_max"} <= set(m)
     idata = az.from_netcdf(out / "posterior.nc")
     assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 10
-    loaded = load_nuts(out / "checkpoint.pt")
-    assert loaded.samples["sigma2"].shape == (2, 10)
+    assert {"energy", "acceptance_rate", "step_size", "tree_depth", "n_steps"} <= set(idata.sample_stats)
+    assert np.isfinite(az.bfmi(idata)).all()
+    loaded = zoo.load(out / "checkpoint.pt")  # the public loader knows a NUTS checkpoint
+    assert isinstance(loaded, NUTSResult) and loaded.samples["sigma2"].shape == (2, 10)
+    assert np.array_equal(idata.sample_stats["energy"].values, loaded.guide.stats["energy"].numpy())
     # the reloaded fit scores the test set as the run did
     from zoo.data import load_dataset
     from zoo.experiments.runs import score_predictions

@@ -244,6 +244,14 @@ def test_fit_nuts_gibbs_end_to_end():
     assert result.config["gibbs"] is True and result.config["hierarchical_form"] is True
     pred = result.predict(x[:4])
     assert torch.isfinite(pred.mean).all() and pred.mean.shape[0] == 4
+    # the NUTS block's per-draw statistics, but no energy: the sweep changes the block's target between
+    # transitions, so BFMI on it would compare the wrong distributions (zoo.infer.mcmc_gibbs)
+    stats = result.guide.stats
+    assert {"acceptance_rate", "step_size", "tree_depth", "n_steps", "energy_error"} <= set(stats)
+    assert "energy" not in stats and all(v.shape == (2, 10) for v in stats.values())
+    for k, chain in enumerate(result.chain_stats):
+        assert stats["acceptance_rate"][k].mean().item() == pytest.approx(chain["mean_accept_prob"], abs=1e-6)
+        assert torch.all(stats["step_size"][k] == chain["step_size"])
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,10 @@
 
 ``zoo fit MODEL --inference nuts`` samples the registry model with NUTS (:func:`zoo.infer.mcmc.fit_nuts`)
 instead of fitting a guide; the run folder is the same (``metrics.json`` with the sampler's diagnostics,
-``posterior.nc`` with ``chain`` dims, ``checkpoint.pt`` that :func:`zoo.infer.mcmc_result.load_nuts`
-reloads).  Every value is checked by :class:`~zoo.infer.mcmc.NUTSConfig` before anything runs; a bad one is a
-usage error naming its flag, as are variational-only flags (``--steps``, ``--lr``, ``--batch-size``,
+``posterior.nc`` with ``chain`` dims and the sampler statistics, ``checkpoint.pt`` that ``zoo.load``
+(:func:`zoo.infer.checkpoint.load_nuts`) reloads as a :class:`~zoo.infer.mcmc_result.NUTSResult`).  Every
+value is checked by :class:`~zoo.infer.mcmc.NUTSConfig` before anything runs; a bad one is a usage error
+naming its flag, as are variational-only flags (``--steps``, ``--lr``, ``--batch-size``,
 ``--guide``, ``--ensemble``) combined with NUTS and NUTS flags without it.
 """
 

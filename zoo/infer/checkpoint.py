@@ -5,6 +5,10 @@ A checkpoint holds everything needed to continue a fit bit-for-bit on CPU (the f
 reads it and loading a shared checkpoint never unpickles objects.  Files are written through
 :mod:`zoo.io`: a temporary file in the target folder, flushed, fsynced and renamed over the destination,
 so a crash (even ``kill -9``) never leaves a half-written checkpoint.
+
+A checkpoint of a NUTS fit (:func:`zoo.infer.mcmc.fit_nuts`, ``zoo fit --inference nuts``; its config says
+``inference: "nuts"``) holds the posterior draws and the sampler statistics as the buffers of its guide;
+:func:`load` and :func:`load_nuts` return it as a :class:`~zoo.infer.mcmc_result.NUTSResult`.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from zoo.core.validation import resolve_device
 from zoo.experiments.registry import build_from_spec
 from zoo.infer.accelerate import repeated_slice
 from zoo.infer.codec import decode_constraint, decode_loss, set_rng_state
+from zoo.infer.mcmc_result import NUTSResult, PosteriorDrawsGuide, restore_sampled_form
 from zoo.infer.optim import make_optimizer, optimizer_name
 from zoo.infer.result import ConvergenceMonitor, FitResult, guide_class_path
 from zoo.infer.snapshot import read_checkpoint, write_checkpoint
 from zoo.io import atomic_torch_save, atomic_write_bytes
 
-__all__ = ["save", "load", "atomic_write_bytes", "atomic_torch_save"]
+__all__ = ["save", "load", "load_nuts", "is_nuts_checkpoint", "atomic_write_bytes", "atomic_torch_save"]
 
 
 def save(result: FitResult, path: str | os.PathLike) -> None:
@@ -248,30 +253,21 @@ def _loop_state(saved: dict) -> dict:
     return state
 
 
-def load(
-    path: str | os.PathLike,
-    *,
-    model: torch.nn.Module | None = None,
-    guide: Any = None,
-    optimizer: pyro.optim.PyroOptim | None = None,
-    loss: ELBO | None = None,
-    device: str | torch.device | None = None,
+def _load(
+    ckpt: dict,
+    model: torch.nn.Module | None,
+    guide: Any,
+    optimizer: pyro.optim.PyroOptim | None,
+    loss: ELBO | None,
+    device: str | torch.device | None,
+    result_type: type[FitResult] = FitResult,
 ) -> FitResult:
-    """Load a checkpoint written by :func:`save`.
-
-    Model and guide are rebuilt from the checkpoint's registry ``spec`` unless given (a fit of a model
-    made by :func:`zoo.experiments.registry.build` records it without ``spec=``; custom models must be
-    passed, as must a guide other than the spec's: an instance, or its class or a factory ``f(model)``,
-    called with the model), as are the optimizer and the ELBO
-    (``optimizer=``/``loss=`` replace them).  RNG states are restored last, so
-    :func:`zoo.infer.loop.resume` continues the exact random stream of the original run.  A file that is
-    not a checkpoint of this format version is a ``ValueError`` naming it.
-    """
-    ckpt = read_checkpoint(path)
+    """The fit of the checkpoint ``ckpt`` (read by :func:`zoo.infer.snapshot.read_checkpoint`), as a
+    ``result_type`` (:func:`load`)."""
     dev = resolve_device(device if device is not None else ckpt["device"])
     model, guide = _model_and_guide(ckpt, model, guide)
     model.to(dev)
-    result = FitResult(
+    result = result_type(
         model=model,
         guide=guide,
         seed=ckpt["seed"],
@@ -297,3 +293,90 @@ def load(
     result.converged = ckpt["converged"]
     set_rng_state(ckpt["rng"])
     return result
+
+
+def is_nuts_checkpoint(ckpt: dict) -> bool:
+    """Whether the checkpoint ``ckpt`` (as read by :func:`zoo.infer.snapshot.read_checkpoint`) holds a NUTS
+    fit: its config records ``inference: "nuts"`` (:meth:`zoo.infer.mcmc.NUTSConfig.record`)."""
+    return (ckpt.get("config") or {}).get("inference") == "nuts"
+
+
+def _load_nuts(ckpt: dict, model: torch.nn.Module | None, device: str | torch.device | None) -> NUTSResult:
+    result = _load(ckpt, model, PosteriorDrawsGuide(), None, None, device, result_type=NUTSResult)
+    restore_sampled_form(result)
+    return result
+
+
+def _check_nuts_arguments(guide: Any, optimizer: Any, loss: Any) -> None:
+    """``ValueError`` naming the argument of :func:`load` that a NUTS checkpoint has no use for."""
+    if guide is not None and not (
+        isinstance(guide, PosteriorDrawsGuide)
+        or (isinstance(guide, type) and issubclass(guide, PosteriorDrawsGuide))
+    ):
+        raise ValueError(
+            f"guide: this is a checkpoint of a NUTS fit, whose posterior draws are replayed by "
+            f"PosteriorDrawsGuide; got {type(guide).__name__} (leave guide=None)"
+        )
+    for name, value in (("optimizer", optimizer), ("loss", loss)):
+        if value is not None:
+            raise ValueError(f"{name}: a NUTS fit has no {name} to restore (leave {name}=None)")
+
+
+def load_nuts(
+    path: str | os.PathLike, *, model: torch.nn.Module | None = None, device: str | torch.device | None = None
+) -> NUTSResult:
+    """Load the checkpoint of a NUTS fit (written by ``result.save(path)`` after
+    :func:`zoo.infer.mcmc.fit_nuts`, or ``checkpoint.pt`` of ``zoo fit MODEL --inference nuts --out DIR``)
+    as a :class:`~zoo.infer.mcmc_result.NUTSResult`: every posterior draw per chain (``result.samples``,
+    ``{site: (chain, draw, *shape)}``), the per-draw sampler statistics (``result.guide.stats``), the
+    convergence diagnostics (``result.diagnostics``) and the per-chain facts (``result.chain_stats``).
+    :func:`load` does the same for a NUTS checkpoint.
+
+    The model is rebuilt from the checkpoint's registry spec (pass ``model=`` for a model not built by
+    ``zoo.build``), with its prior in the form its draws were sampled in (hierarchical / marginal, centered /
+    non-centered).  ``device``: where to put the draws (default: the fit's, the CPU).  A checkpoint of
+    another fit is a ``ValueError`` naming ``path``.
+
+    Usage::
+
+        result = load_nuts("run/checkpoint.pt")          # or zoo.load("run/checkpoint.pt")
+        result.samples["sigma2"].shape                    # (chains, draws)
+        result.predict(x_test, num_samples=result.num_draws).mean   # every draw once
+        idata = result.to_inference_data(x_test, y_test, train=(x, y))  # ArviZ, (chain, draw) dims
+    """
+    ckpt = read_checkpoint(path)
+    if not is_nuts_checkpoint(ckpt):
+        raise ValueError(
+            f"path: {os.fspath(path)!r} is not a checkpoint of a NUTS fit (load it with zoo.load)"
+        )
+    return _load_nuts(ckpt, model, device)
+
+
+def load(
+    path: str | os.PathLike,
+    *,
+    model: torch.nn.Module | None = None,
+    guide: Any = None,
+    optimizer: pyro.optim.PyroOptim | None = None,
+    loss: ELBO | None = None,
+    device: str | torch.device | None = None,
+) -> FitResult:
+    """Load a checkpoint written by :func:`save`.
+
+    Model and guide are rebuilt from the checkpoint's registry ``spec`` unless given (a fit of a model
+    made by :func:`zoo.experiments.registry.build` records it without ``spec=``; custom models must be
+    passed, as must a guide other than the spec's: an instance, or its class or a factory ``f(model)``,
+    called with the model), as are the optimizer and the ELBO
+    (``optimizer=``/``loss=`` replace them).  RNG states are restored last, so
+    :func:`zoo.infer.loop.resume` continues the exact random stream of the original run.  A file that is
+    not a checkpoint of this format version is a ``ValueError`` naming it.
+
+    A checkpoint of a NUTS fit (``zoo fit --inference nuts``, :func:`zoo.infer.mcmc.fit_nuts`) is returned as
+    a :class:`~zoo.infer.mcmc_result.NUTSResult`, as :func:`load_nuts` does; ``guide``, ``optimizer`` and
+    ``loss`` must then be left unset (a ``ValueError`` names the one that is not).
+    """
+    ckpt = read_checkpoint(path)
+    if is_nuts_checkpoint(ckpt):
+        _check_nuts_arguments(guide, optimizer, loss)
+        return _load_nuts(ckpt, model, device)
+    return _load(ckpt, model, guide, optimizer, loss, device)

@@ -15,8 +15,12 @@ if the workers cannot start.
 What :func:`fit_nuts` returns is a :class:`~zoo.infer.mcmc_result.NUTSResult` (a
 :class:`~zoo.infer.result.FitResult`): its guide replays the posterior draws, so
 :func:`zoo.infer.predict.predict`, checkpoints and the run folder of ``zoo fit`` work unchanged; the raw draws
-per chain are ``result.samples`` (``{site: (chain, draw, *shape)}``) and the convergence diagnostics
-(divergences, R-hat, bulk/tail ESS; :mod:`zoo.infer.mcmc_export`) ``result.diagnostics``.
+per chain are ``result.samples`` (``{site: (chain, draw, *shape)}``), the per-draw sampler statistics
+(``lp``, ``diverging``, ``energy``, ``acceptance_rate``, ``step_size``, ``tree_depth``, ``n_steps``;
+:mod:`zoo.infer.mcmc_stats`) ``result.guide.stats`` and the convergence diagnostics (divergences, R-hat,
+bulk/tail ESS; :mod:`zoo.infer.mcmc_export`) ``result.diagnostics``.  ``zoo.load`` (or :func:`load_nuts`)
+reads a saved NUTS fit back as a ``NUTSResult``, and ``result.to_inference_data`` exports it to ArviZ with
+``(chain, draw)`` dims.
 
 Refused with a ``ValueError`` naming the model: discrete latent sites (LBBNN inclusion indicators, the
 bow-tie's stochastic activations; NUTS needs a differentiable density) and latents inside the ``"data"``
@@ -64,6 +68,7 @@ from zoo.core.validation import (
     check_positive_int,
     check_probability,
 )
+from zoo.infer.checkpoint import load_nuts
 from zoo.infer.mcmc_chains import INIT_STRATEGIES, run_chains
 from zoo.infer.mcmc_export import convergence_summary
 from zoo.infer.mcmc_gibbs import conditional_sites
@@ -77,6 +82,7 @@ __all__ = [
     "check_nuts_model",
     "unguarded_main_script",
     "NUTSResult",
+    "load_nuts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -279,15 +285,17 @@ def _check_xy(model: torch.nn.Module, x: Any, y: Any) -> tuple[Tensor, Tensor]:
     return x.detach().cpu(), y.detach().cpu()
 
 
-def _stack_chains(chains: list[dict]) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-    """``(samples {site: (C, D, *shape)}, lp (C, D), diverging (C, D))`` from the per-chain results."""
+def _stack_chains(chains: list[dict]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """``(samples {site: (C, D, *shape)}, stats {name: (C, D)})`` from the per-chain results; the stats are
+    ``lp``, ``diverging`` and the sampler statistics of :mod:`zoo.infer.mcmc_stats`."""
     names = list(chains[0]["samples"])
     samples = {n: torch.stack([c["samples"][n] for c in chains]) for n in names}
     lp = torch.stack([c["lp"] for c in chains])
     diverging = torch.zeros(lp.shape, dtype=torch.bool)
     for k, c in enumerate(chains):
         diverging[k, c["divergences"]] = True
-    return samples, lp, diverging
+    extra = {n: torch.stack([c["stats"][n] for c in chains]) for n in chains[0].get("stats", {})}
+    return samples, {"lp": lp, "diverging": diverging, **extra}
 
 
 def _chain_facts(chains: list[dict]) -> list[dict]:
@@ -366,8 +374,8 @@ def fit_nuts(
     t0 = time.perf_counter()
     chains = run_chains(model, x, y, sequential_if_unguarded(cfg))
     wall = time.perf_counter() - t0
-    samples, lp, diverging = _stack_chains(chains)
-    diagnostics = convergence_summary(samples, diverging)
+    samples, stats = _stack_chains(chains)
+    diagnostics = convergence_summary(samples, stats["diverging"])
     logger.info(
         "NUTS %s: %d chains x %d draws in %.1f s; %d divergences, max R-hat %.3f, min bulk ESS %.0f",
         _model_name(model, spec),
@@ -380,7 +388,7 @@ def fit_nuts(
     )
     return NUTSResult(
         model=model,
-        guide=PosteriorDrawsGuide(samples, stats={"lp": lp, "diverging": diverging}),
+        guide=PosteriorDrawsGuide(samples, stats=stats),
         steps=cfg.chains * (cfg.warmup + cfg.samples),
         wall_time=wall,
         seed=cfg.seed,

@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
-from pyro.infer import MCMC, NUTS
+from pyro.infer import MCMC
 from pyro.infer.autoguide import initialization as init
 from torch import Tensor
 from tqdm import tqdm  # plain text bar: no ipywidgets needed, no widget warning in notebooks
+
+from zoo.infer.mcmc_stats import RecordingNUTS, stack_stats
 
 __all__ = [
     "INIT_STRATEGIES",
@@ -93,25 +95,29 @@ def kernel_settings(cfg: Any) -> dict[str, Any]:
     }
 
 
-def make_kernel(model: torch.nn.Module, cfg: Any) -> NUTS:
-    """Pyro's NUTS kernel on ``model`` with the settings of a :class:`~zoo.infer.mcmc.NUTSConfig`."""
-    return NUTS(model, **kernel_settings(cfg))
+def make_kernel(model: torch.nn.Module, cfg: Any) -> RecordingNUTS:
+    """Pyro's NUTS kernel on ``model`` with the settings of a :class:`~zoo.infer.mcmc.NUTSConfig`, recording
+    the per-draw sampler statistics (:class:`~zoo.infer.mcmc_stats.RecordingNUTS`)."""
+    return RecordingNUTS(model, **kernel_settings(cfg))
 
 
 class _Hook:
-    """MCMC ``hook_fn``: records the log density (``-potential energy``, unconstrained space) of each kept
-    draw and, after the last one (before the kernel resets), its divergences, acceptance statistics and
-    adapted step size; reports progress to the parent process."""
+    """MCMC ``hook_fn``: records the log density (``-potential energy``, unconstrained space) and the sampler
+    statistics (:class:`~zoo.infer.mcmc_stats.RecordingNUTS`) of each kept draw and, after the last one
+    (before the kernel resets), its divergences, acceptance statistics and adapted step size; reports
+    progress to the parent process."""
 
     def __init__(self, samples: int) -> None:
         self.samples = samples
         self.lp: list[float] = []
+        self.stats: list[dict] = []
         self.final: dict[str, Any] = {}
         self.pending = 0
 
-    def __call__(self, kernel: NUTS, params: dict, stage: str, i: int) -> None:
+    def __call__(self, kernel: RecordingNUTS, params: dict, stage: str, i: int) -> None:
         if stage.startswith("Sample"):
             self.lp.append(-float(kernel._potential_energy_last))
+            self.stats.append(dict(kernel.last_stats))
             if i == self.samples - 1:
                 diag = kernel.diagnostics()
                 self.final = {
@@ -135,8 +141,10 @@ def run_chain(
     model: torch.nn.Module, x: Tensor, y: Tensor, cfg: Any, chain: int, show_bar: bool = False
 ) -> dict[str, Any]:
     """Sample chain ``chain``: ``{"samples": {site: (samples, *shape)}, "lp", "divergences" (kept-draw
-    indices), "num_divergences", "accept_rate" (fraction of iterations that moved), "mean_accept_prob" (the
-    statistic the step size is adapted to), "step_size", "seconds", "cpu_seconds", "seed"}``."""
+    indices), "stats" (per-draw sampler statistics ``{name: (samples,)}``:
+    :data:`~zoo.infer.mcmc_stats.STAT_DTYPES`), "num_divergences", "accept_rate" (fraction of iterations
+    that moved), "mean_accept_prob" (the statistic the step size is adapted to), "step_size", "seconds",
+    "cpu_seconds", "seed"}``."""
     seed = chain_seed(cfg.seed, chain)
     pyro.set_rng_seed(seed)
     hook = _Hook(cfg.samples)
@@ -156,6 +164,7 @@ def run_chain(
     return {
         "samples": {k: v.detach().cpu().clone() for k, v in mcmc.get_samples().items()},
         "lp": torch.tensor(hook.lp, dtype=torch.float64),
+        "stats": stack_stats(hook.stats),
         **hook.final,
         "num_divergences": len(hook.final["divergences"]),
         "seconds": time.perf_counter() - t0,

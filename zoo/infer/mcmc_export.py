@@ -8,12 +8,27 @@
   so weight-space R-hat flags chains that sit in different (equivalent) modes; :func:`predictive_diagnostics`
   computes the same statistics for the network output at given inputs, which is invariant to them.
 * :func:`to_inference_data`: the ArviZ export, with ``(chain, draw)`` dims so that ArviZ's R-hat / ESS mean
-  what they say; every posterior draw is used exactly once, in chain order.
+  what they say; every posterior draw is used exactly once, in chain order (or, with ``num_samples``, the
+  chains thinned by one integer stride), and draw ``s`` of ``posterior``, ``log_likelihood``,
+  ``posterior_predictive`` and ``predictions`` is the same parameter draw.  ``sample_stats`` holds the
+  sampler's per-draw statistics in ArviZ's names (``lp``, ``diverging``, ``energy``, ``energy_error``,
+  ``acceptance_rate``, ``step_size``, ``tree_depth``, ``n_steps``: :mod:`zoo.infer.mcmc_stats`), so
+  ``az.bfmi``, ``az.plot_energy`` and the divergence markers of ``az.plot_pair`` / ``az.plot_trace`` work.
+  Fits saved before these statistics were recorded export ``lp`` and ``diverging`` only; a NUTS-within-Gibbs
+  fit has no ``energy`` (:mod:`zoo.infer.mcmc_gibbs`).
+
+It is what ``zoo fit MODEL --inference nuts --out DIR`` writes as ``posterior.nc``; from Python::
+
+    result = zoo.load("DIR/checkpoint.pt")           # a NUTSResult
+    idata = result.to_inference_data(x_test, y_test, train=(x_train, y_train))
+    az.summary(idata, var_names=["sigma2"]), az.bfmi(idata), az.loo(idata)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +37,7 @@ import arviz as az
 import numpy as np
 from torch import Tensor
 
-from zoo.eval.diagnostics import site_dims  # the variational export's naming, shared
+from zoo.core.validation import check_positive_int, check_seed, check_tensor
 from zoo.eval.units import annotate_target_scaling
 from zoo.infer.predict import Predictions, log_likelihood, predict
 from zoo.infer.result import FitResult
@@ -39,6 +54,25 @@ __all__ = [
     "site_dims",
     "to_inference_data",
 ]
+
+
+def site_dims(name: str, shape: tuple[int, ...], layers: dict[str, tuple[int, int]]) -> list[str]:
+    """Named dims of a posterior site of shape ``shape`` (without the sample dims): the layer's ``_out`` /
+    ``_in`` where an axis matches ``layers`` (``{"fc0": (out, in)}``), else ``{name}_dim_{i}`` (the naming
+    of the variational export, :func:`zoo.eval.diagnostics.to_inference_data`)."""
+    generic = [f"{name}_dim_{i}" for i in range(len(shape))]
+    layer = next((k for k in layers if name.startswith(k + ".")), None)
+    if layer is None or len(shape) not in (1, 2):
+        return generic
+    d_out, d_in = layers[layer]
+    if len(shape) == 1:
+        if shape[0] == d_out:
+            return [f"{layer}_out"]
+        return [f"{layer}_in"] if shape[0] == d_in else generic
+    return [
+        f"{layer}_out" if shape[0] == d_out else generic[0],
+        f"{layer}_in" if shape[1] == d_in else generic[1],
+    ]
 
 
 def _nan_stat(fn, arr: np.ndarray) -> float:
@@ -146,10 +180,10 @@ def _layers(result: Any) -> dict[str, tuple[int, int]]:
     }
 
 
-def _draws_at(result: NUTSResult, x: Tensor) -> np.ndarray:
+def _draws_at(result: NUTSResult, x: Tensor, seed: int) -> np.ndarray:
     """Joint draws of ``y`` at ``x`` ``(chain, draw, N, ...)``: draw ``s`` uses posterior draw ``s``."""
     g = result.guide
-    pred = all_draws_predict(result, x, keep_draws=False, return_samples=True, seed=int(result.seed))
+    pred = all_draws_predict(result, x, keep_draws=False, return_samples=True, seed=seed)
     ys = pred.samples.cpu().numpy()
     return ys.reshape(g.num_chains, g.num_draws, *ys.shape[1:])
 
@@ -158,14 +192,14 @@ def _obs_dims(arr_ndim: int) -> list[str]:
     return ["obs_id"] if arr_ndim == 1 else ["obs_id", "obs_dim_0"]
 
 
-def _train_groups(result: NUTSResult, data: tuple, inputs: bool) -> dict[str, Any]:
+def _train_groups(result: NUTSResult, data: tuple, inputs: bool, seed: int) -> dict[str, Any]:
     x, y = data
     g = result.guide
     total = g.num_chains * g.num_draws
-    ll = log_likelihood(result, x, y, num_samples=total, seed=int(result.seed), **draw_chunks(result, total))
+    ll = log_likelihood(result, x, y, num_samples=total, seed=seed, **draw_chunks(result, total))
     ydims = {"obs": _obs_dims(y.dim())}
     groups = {
-        "posterior_predictive": az.dict_to_dataset({"obs": _draws_at(result, x)}, dims=ydims),
+        "posterior_predictive": az.dict_to_dataset({"obs": _draws_at(result, x, seed)}, dims=ydims),
         "observed_data": az.dict_to_dataset({"obs": y.detach().cpu().numpy()}, dims=ydims, default_dims=[]),
         "log_likelihood": az.dict_to_dataset(
             {"obs": ll.cpu().numpy().reshape(g.num_chains, g.num_draws, -1)}, dims={"obs": ["obs_id"]}
@@ -178,8 +212,10 @@ def _train_groups(result: NUTSResult, data: tuple, inputs: bool) -> dict[str, An
     return groups
 
 
-def _new_data_groups(result: NUTSResult, x: Tensor, y: Tensor | None, inputs: bool) -> dict[str, Any]:
-    draws = _draws_at(result, x)
+def _new_data_groups(
+    result: NUTSResult, x: Tensor, y: Tensor | None, inputs: bool, seed: int
+) -> dict[str, Any]:
+    draws = _draws_at(result, x, seed)
     groups = {"predictions": az.dict_to_dataset({"obs": draws}, dims={"obs": _obs_dims(draws.ndim - 2)})}
     const, dims = {}, {"x": ["obs_id", "feature"]}
     if inputs:
@@ -192,32 +228,120 @@ def _new_data_groups(result: NUTSResult, x: Tensor, y: Tensor | None, inputs: bo
     return groups
 
 
+def _check_export_args(result: Any, x: Any, y: Any, train: Any, num_samples: Any, seed: Any) -> None:
+    """``TypeError`` / ``ValueError`` naming the argument of :func:`to_inference_data`, before any work."""
+    guide = getattr(result, "guide", None)
+    if not isinstance(result, FitResult) or not hasattr(guide, "num_chains") or not hasattr(guide, "stats"):
+        raise TypeError(
+            f"result must be a NUTS fit (zoo.infer.mcmc_result.NUTSResult), got {type(result).__name__}; "
+            "export a variational fit with zoo.to_inference_data"
+        )
+    if num_samples is not None and check_positive_int("num_samples", num_samples) < guide.num_chains:
+        raise ValueError(
+            f"num_samples: at least one draw per chain ({guide.num_chains} chains), got {num_samples}"
+        )
+    if seed is not None:
+        check_seed("seed", seed)
+    if x is not None:
+        check_tensor("x", x, ndim=2)
+    if y is not None:
+        if x is None:
+            raise ValueError("y: targets at new inputs need the inputs x")
+        check_tensor("y", y)
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"y has {y.shape[0]} rows but x has {x.shape[0]}")
+    if train is not None:
+        if not isinstance(train, tuple | list) or len(train) != 2:
+            raise TypeError(f"train must be an (x_train, y_train) pair, got {type(train).__name__}")
+        check_tensor("train[0]", train[0], ndim=2)
+        check_tensor("train[1]", train[1])
+        if train[1].shape[0] != train[0].shape[0]:
+            raise ValueError(
+                f"train: y_train has {train[1].shape[0]} rows but x_train has {train[0].shape[0]}"
+            )
+
+
+def thinning_stride(chains: int, draws: int, num_samples: int | None) -> int:
+    """The smallest stride ``k`` such that every ``k``-th draw of each chain (``chains * ceil(draws / k)``
+    draws) is at most ``num_samples`` draws (``None``: 1, every draw)."""
+    if num_samples is None or num_samples >= chains * draws:
+        return 1
+    k = max(1, math.ceil(chains * draws / num_samples))
+    while chains * math.ceil(draws / k) > num_samples:
+        k += 1
+    return k
+
+
+def _thinned(result: NUTSResult, stride: int) -> NUTSResult:
+    """``result`` with every ``stride``-th draw of each chain (its guide rebuilt from the kept draws)."""
+    if stride == 1:
+        return result
+    g = result.guide
+    guide = type(g)(
+        {k: v[:, ::stride] for k, v in g.samples.items()},
+        stats={k: v[:, ::stride] for k, v in g.stats.items()},
+    )
+    return dataclasses.replace(result, guide=guide)
+
+
 def to_inference_data(
     result: NUTSResult,
     x: Tensor | None = None,
     y: Tensor | None = None,
+    num_samples: int | None = None,
     *,
     train: tuple[Tensor, Tensor] | None = None,
+    include_weights: bool | None = None,
+    max_weight_params: int = 50_000,
     max_input_values: int = 100_000,
+    seed: int | None = None,
 ) -> az.InferenceData:
-    """ArviZ export of a NUTS fit with ``(chain, draw)`` dims, in the schema of the variational export
-    (:func:`zoo.eval.diagnostics.to_inference_data`): ``posterior`` (every latent site, sampler facts as
-    attributes), ``sample_stats`` (``lp``, ``diverging``); for ``train=(x, y)`` (the data the chains saw)
-    ``posterior_predictive``, ``observed_data``, ``log_likelihood`` and ``constant_data``; for new inputs
-    ``x`` (targets ``y`` optional) ``predictions`` and ``predictions_constant_data``.  Every posterior draw
-    is used exactly once, in chain order; inputs are stored up to ``max_input_values`` numbers."""
+    """ArviZ export of a NUTS fit with ``(chain, draw)`` dims (module docstring), in the schema of the
+    variational export (:func:`zoo.eval.diagnostics.to_inference_data`, whose arguments it takes).
+
+    Groups: ``posterior`` (every latent site; sampler settings and convergence facts as attributes),
+    ``sample_stats`` (per draw: ``lp`` the log density on the unconstrained scale, ``diverging``, ``energy``,
+    ``energy_error``, ``acceptance_rate``, ``step_size``, ``tree_depth``, ``n_steps``); for ``train=(x, y)``
+    (the data the chains saw) ``posterior_predictive``, ``observed_data``, ``log_likelihood`` (``az.loo``,
+    ``az.waic``) and ``constant_data``; for new inputs ``x`` (targets ``y`` optional) ``predictions`` and
+    ``predictions_constant_data``.
+
+    :param num_samples: ``None`` (default): every posterior draw once, in chain order; an int: at most that
+        many, by keeping every ``k``-th draw of each chain (:func:`thinning_stride`; never resampled, so the
+        chains stay chains), at least one per chain.
+    :param include_weights: export the weight/bias sites; default only when the network has at most
+        ``max_weight_params`` parameters (hyperparameters and scales are always exported).
+    :param max_input_values: inputs are stored only up to this many numbers.
+    :param seed: seed of the observation noise in ``posterior_predictive`` / ``predictions`` (default: the
+        fit's seed); the parameters of draw ``s`` are the same in every group whatever the seed.
+
+    The targets are on the scale of the fit's config: with ``y_mean`` / ``y_std`` recorded (every ``zoo
+    fit`` run) pass raw targets; the groups are labelled by :func:`zoo.eval.units.annotate_target_scaling`.
+    """
+    _check_export_args(result, x, y, train, num_samples, seed)
+    stride = thinning_stride(result.guide.num_chains, result.guide.num_draws, num_samples)
+    result = _thinned(result, stride)
+    seed = int(result.seed) if seed is None else seed
+    if include_weights is None:
+        include_weights = result.model.architecture.num_params() <= max_weight_params
+    weights = {s.name for s in result.model.architecture.param_specs()}
     layers = _layers(result)
-    posterior = {k: v.detach().cpu().numpy() for k, v in result.guide.samples.items()}
+    posterior = {
+        k: v.detach().cpu().numpy()
+        for k, v in result.guide.samples.items()
+        if include_weights or k not in weights
+    }
     dims = {k: site_dims(k, tuple(v.shape[2:]), layers) for k, v in posterior.items()}
     groups: dict[str, Any] = {
         "posterior": az.dict_to_dataset(posterior, dims=dims),
         "sample_stats": az.dict_to_dataset({k: v.cpu().numpy() for k, v in result.guide.stats.items()}),
     }
     if train is not None:
-        groups.update(_train_groups(result, tuple(train), train[0].numel() <= max_input_values))
+        groups.update(_train_groups(result, tuple(train), train[0].numel() <= max_input_values, seed))
     if x is not None:
-        groups.update(_new_data_groups(result, x, y, x.numel() <= max_input_values))
+        groups.update(_new_data_groups(result, x, y, x.numel() <= max_input_values, seed))
     groups["posterior"].attrs.update(_attrs(result))
+    groups["posterior"].attrs["thinning_stride"] = stride
     annotate_target_scaling(groups, result)  # y_mean / y_std: which groups are on which scale
     return az.InferenceData(**groups)
 

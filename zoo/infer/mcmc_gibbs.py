@@ -23,6 +23,11 @@ block move the *standardized* weights: the sweep maps them to the centered ones,
 the new scales.  Then a unit the horseshoe switches off keeps unit-scale standardized weights whatever its
 scale does, instead of a centered conditional whose width changes by orders of magnitude between
 transitions (the step size adapted to one width diverges at the next).
+
+The per-draw sampler statistics are the NUTS block's (:class:`~zoo.infer.mcmc_stats.RecordingNUTS`), except
+``energy``: the block's Hamiltonian is that of the conditional target, which the Gibbs sweep changes between
+transitions, so its marginal and transition distributions are not the ones the energy diagnostic (BFMI)
+compares.
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ from typing import Any
 
 import torch
 from pyro import poutine
-from pyro.infer import NUTS
 from torch import Tensor
 
 from zoo.infer.interweave import likelihood_of
+from zoo.infer.mcmc_stats import RecordingNUTS, stack_stats
 
 __all__ = ["conditional_sites", "run_gibbs_chain"]
 
@@ -62,8 +67,8 @@ def run_gibbs_chain(
 ) -> dict[str, Any]:
     """One NUTS-within-Gibbs chain (module docstring), seeded by the caller.  Returns the fields of
     :func:`zoo.infer.mcmc_chains.run_chain` except ``seed`` and the timings: ``samples`` (every latent site,
-    the scales included), ``lp``, ``divergences`` (kept-draw indices), ``accept_rate``, ``mean_accept_prob``,
-    ``step_size``."""
+    the scales included), ``lp``, ``stats`` (module docstring), ``divergences`` (kept-draw indices),
+    ``accept_rate``, ``mean_accept_prob``, ``step_size``."""
     if cfg.jit_compile:
         raise ValueError("jit_compile must be False with gibbs=True (the NUTS block's target changes)")
     prior = model.prior
@@ -71,13 +76,14 @@ def run_gibbs_chain(
     with torch.no_grad():  # shapes from one prior trace
         trace = poutine.trace(poutine.block(model, hide=["obs"])).get_trace(x, y)
     scales = {n: torch.ones_like(trace.nodes[n]["value"]) for n in names}
-    kernel = NUTS(poutine.condition(model, data=scales), **kernel_kwargs)
+    kernel = RecordingNUTS(poutine.condition(model, data=scales), **kernel_kwargs)
     kernel.setup(cfg.warmup, x, y)
     params = kernel.initial_params
     ncp = getattr(prior, "centered", True) is False
     log_lik = _log_likelihood(model, x, y, ncp) if getattr(cfg, "interweave", False) else None
     kept: dict[str, list[Tensor]] = {}
     lp: list[float] = []
+    stats: list[dict] = []
     moved = 0
     for it in range(cfg.warmup + cfg.samples):
         before = params
@@ -94,6 +100,7 @@ def run_gibbs_chain(
                 params[k] = kernel.transforms[k](v) if k in kernel.transforms else v
         if it >= cfg.warmup:
             lp.append(-float(kernel._potential_energy_last))
+            stats.append(dict(kernel.last_stats))
             moved += int(stepped)
             for k, v in {**values, **scales}.items():
                 kept.setdefault(k, []).append(v.detach().clone())
@@ -104,6 +111,7 @@ def run_gibbs_chain(
     return {
         "samples": {k: torch.stack(v) for k, v in kept.items()},
         "lp": torch.tensor(lp, dtype=torch.float64),
+        "stats": {k: v for k, v in stack_stats(stats).items() if k != "energy"},
         "divergences": [int(d) for d in diag["divergences"]],
         "accept_rate": moved / max(cfg.samples, 1),
         "mean_accept_prob": float(kernel._mean_accept_prob),

@@ -9,15 +9,15 @@ order (chain-major) when ``c`` equals the number of draws, ``c`` distinct random
 draws with replacement when more.  ``predict(result, x, num_samples=S, sample_chunk=S)`` with ``S`` the
 number of draws therefore averages over every posterior draw exactly once.
 
-The draws are the guide's buffers (``state_dict``), with the site names, shapes and event dims as its extra
-state, so a checkpoint holds the whole posterior sample and :func:`load_nuts` restores it.
+The draws and the per-draw sampler statistics are the guide's buffers (``state_dict``), with the site
+names as its extra state, so a checkpoint holds the whole posterior sample: ``zoo.load(path)``
+(:func:`zoo.infer.checkpoint.load`, or :func:`zoo.infer.checkpoint.load_nuts`) restores it as a
+:class:`NUTSResult`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import arviz as az
     from torch.nn.modules.module import _IncompatibleKeys
 
-__all__ = ["DrawIndex", "PosteriorDrawsGuide", "NUTSResult", "load_nuts"]
+__all__ = ["DrawIndex", "PosteriorDrawsGuide", "NUTSResult", "restore_sampled_form"]
 
 _EMPTY = torch.Size()
 
@@ -77,8 +77,10 @@ class DrawIndex(dist.TorchDistribution):
 class PosteriorDrawsGuide(torch.nn.Module):
     """A guide that replays posterior draws ``{site: (chain, draw, *shape)}`` (module docstring).
 
-    ``stats``: per-draw sampler statistics ``{name: (chain, draw)}`` (``lp``, ``diverging``), kept with the
-    draws.  ``uses_gradients = False``: there is nothing to train.
+    ``stats``: per-draw sampler statistics ``{name: (chain, draw)}`` (``lp``, ``diverging`` and those of
+    :mod:`zoo.infer.mcmc_stats`: ``energy``, ``energy_error``, ``acceptance_rate``, ``step_size``,
+    ``tree_depth``, ``n_steps``), kept with the draws.  ``uses_gradients = False``: there is nothing to
+    train.
     """
 
     uses_gradients = False
@@ -155,9 +157,29 @@ class PosteriorDrawsGuide(torch.nn.Module):
 
 
 class NUTSResult(FitResult):
-    """A NUTS fit (:func:`zoo.infer.mcmc.fit_nuts`): a :class:`~zoo.infer.result.FitResult` whose guide is a
-    :class:`PosteriorDrawsGuide`; ``samples``, ``diagnostics`` and ``chain_stats`` give the sampler's output,
-    :meth:`to_inference_data` the ArviZ export with a ``chain`` dimension."""
+    """A NUTS fit (:func:`zoo.infer.mcmc.fit_nuts`, ``zoo fit MODEL --inference nuts``): a
+    :class:`~zoo.infer.result.FitResult` whose guide is a :class:`PosteriorDrawsGuide`, so ``predict``,
+    ``log_likelihood``, ``save`` and the run folder work as for a variational fit.
+
+    * :attr:`samples`: the draws ``{site: (chain, draw, *shape)}``; ``guide.stats``: the per-draw sampler
+      statistics ``{name: (chain, draw)}`` (``lp``, ``diverging``, ``energy``, ``acceptance_rate``,
+      ``step_size``, ``tree_depth``, ``n_steps``, ``energy_error``);
+    * :attr:`diagnostics`: divergences, R-hat and bulk/tail ESS per site; :attr:`chain_stats`: per chain;
+    * :meth:`to_inference_data`: the ArviZ export with ``(chain, draw)`` dims and ``sample_stats``, so
+      ``az.summary`` (R-hat, ESS), ``az.bfmi``, ``az.plot_energy`` and ``az.loo`` apply; it is also what
+      ``posterior.nc`` of ``zoo fit --inference nuts`` holds.  (The variational exporter's i.i.d. draws of one
+      chain are not the right schema for MCMC draws.)
+
+    A saved fit comes back with ``zoo.load(path)`` (:func:`zoo.infer.checkpoint.load_nuts`).
+
+    Usage::
+
+        result = zoo.load("run/checkpoint.pt")       # after zoo fit mfvi-bnn --inference nuts --out run
+        result.diagnostics["rhat_max"], result.samples["sigma2"].shape   # (chains, draws)
+        pred = result.predict(x_test, num_samples=result.num_draws)      # every draw once
+        idata = result.to_inference_data(x_test, y_test, train=(x_train, y_train))
+        az.summary(idata, var_names=["sigma2"]), az.bfmi(idata)
+    """
 
     @property
     def samples(self) -> dict[str, Tensor]:
@@ -180,33 +202,42 @@ class NUTSResult(FitResult):
         return self.guide.num_chains * self.guide.num_draws
 
     def to_inference_data(
-        self, x: Tensor | None = None, y: Tensor | None = None, *, train: tuple | None = None, **kwargs: Any
+        self,
+        x: Tensor | None = None,
+        y: Tensor | None = None,
+        num_samples: int | None = None,
+        *,
+        train: tuple[Tensor, Tensor] | None = None,
+        include_weights: bool | None = None,
+        max_weight_params: int = 50_000,
+        max_input_values: int = 100_000,
+        seed: int | None = None,
     ) -> az.InferenceData:
-        """ArviZ export with ``(chain, draw)`` dims (:func:`zoo.infer.mcmc_export.to_inference_data`)."""
+        """ArviZ export with ``(chain, draw)`` dims and the sampler's ``sample_stats``
+        (:func:`zoo.infer.mcmc_export.to_inference_data`, which documents the arguments)."""
         from zoo.infer.mcmc_export import to_inference_data
 
-        return to_inference_data(self, x, y, train=train, **kwargs)
+        return to_inference_data(
+            self,
+            x,
+            y,
+            num_samples,
+            train=train,
+            include_weights=include_weights,
+            max_weight_params=max_weight_params,
+            max_input_values=max_input_values,
+            seed=seed,
+        )
 
 
-def _set_form(result: FitResult) -> None:
-    """Put the prior back in the form its draws were sampled in (``spec["nuts"]``: hierarchical, centered)."""
+def restore_sampled_form(result: FitResult) -> None:
+    """Put the prior of ``result.model`` back in the form its draws were sampled in (``spec["nuts"]``:
+    hierarchical or marginal, centered or non-centered; :class:`~zoo.infer.mcmc.NUTSConfig`), so that the
+    replayed draws name the sites that form has.  Used when a NUTS checkpoint is loaded
+    (:func:`zoo.infer.checkpoint.load_nuts`)."""
     forms = (result.spec or {}).get("nuts") or {}
     prior = getattr(result.model, "prior", None)
     for attr in ("hierarchical", "centered"):
         form = forms.get(attr)
         if form is not None and prior is not None and isinstance(getattr(prior, attr, None), bool):
             setattr(prior, attr, bool(form))
-
-
-def load_nuts(path: str | os.PathLike, *, model: torch.nn.Module | None = None) -> NUTSResult:
-    """Load a NUTS checkpoint (written by ``result.save(path)`` or ``zoo fit --inference nuts``); the model is
-    rebuilt from the checkpoint's spec unless given, in the form it was sampled in."""
-    from zoo.infer.checkpoint import load
-    from zoo.infer.snapshot import read_checkpoint
-
-    if read_checkpoint(path)["config"].get("inference") != "nuts":
-        raise ValueError(f"path: {os.fspath(path)!r} is not a checkpoint of a NUTS fit")
-    loaded = load(path, model=model, guide=PosteriorDrawsGuide())
-    result = NUTSResult(**{f.name: getattr(loaded, f.name) for f in dataclasses.fields(FitResult)})
-    _set_form(result)
-    return result
