@@ -351,7 +351,7 @@ def test_fit_on_own_csv_and_npz(tmp_path):
 @pytest.mark.parametrize(
     "extra, word",
     [
-        (["--target", "nope"], "--dataset/--target"),
+        (["--target", "nope"], "argument --target: target: no column named 'nope'"),
         (["--target", "label", "--test-frac", "1.5"], "--test-frac"),
         (["--target", "label", "--task", "ordinal"], "--task"),
         (["--target", "label", "--task", "binary"], "--dataset/--target"),  # float labels

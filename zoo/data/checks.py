@@ -7,7 +7,9 @@ read by a Bernoulli likelihood).
 * targets: as many rows as their inputs, finite; classification labels integers (``1.0`` is fine, ``0.7`` is
   not) in ``0..C-1`` (−1/+1 or 1..C are rejected with the remap to use);
 * the task: ``"regression"``, ``"binary"`` or ``"multiclass"``, or inferred by :func:`infer_task`;
-* ``n_classes``: 2 for binary, ``max label + 1`` for multiclass when omitted, checked when given;
+* ``n_classes``: 2 for binary, ``max label + 1`` for multiclass when omitted, checked when given; labels
+  ``1..C`` without any class 0 in either part are refused when it is omitted (1-based labels would
+  otherwise make a phantom empty class 0);
 * a true support (the relevant input features, for selection metrics): a boolean mask or an index list.
 """
 
@@ -151,7 +153,9 @@ def check_class_labels(name: str, value: object, n: int, task: str) -> np.ndarra
 
 def check_n_classes(task: str, n_classes: object, y_train: np.ndarray, y_test: np.ndarray) -> int | None:
     """``n_classes`` for ``task``: ``None`` for regression, 2 for binary (inferred when omitted), for
-    multiclass ``max label + 1`` when omitted; every label of both parts must be below it."""
+    multiclass ``max label + 1`` when omitted; every label of both parts must be below it.  Omitted, labels
+    whose smallest is 1 in both parts (``1..C``, ``C >= 2``) are refused with the ``y - 1`` remap: read as
+    given they would add an empty class 0.  A class missing from one part only is a logged warning."""
     if task == "regression":
         if n_classes is not None:
             raise ValueError(f"n_classes must be None for task 'regression', got {n_classes!r}")
@@ -166,6 +170,12 @@ def check_n_classes(task: str, n_classes: object, y_train: np.ndarray, y_test: n
         k = 2
     else:
         k = top + 1 if n_classes is None else int(n_classes)
+        if n_classes is None and top >= 2 and int(labels.min()) == 1:
+            raise ValueError(
+                f"y_train/y_test: class labels must lie in 0..C-1, got 1..{top} with no class 0 in either "
+                f"part (values {np.unique(labels)[:10].tolist()}); the labels look 1-based: use y - 1 "
+                "(or, for a numeric target such as a rating, task='regression' / --task regression)"
+            )
         if k < 2:
             raise ValueError(f"n_classes must be >= 2 for task 'multiclass', got {k} (all labels are {top})")
     for name, y in (("y_train", y_train), ("y_test", y_test)):

@@ -195,7 +195,8 @@ def _table(
     name: str, split: int, standardize: bool, table: TableOptions | Mapping[str, Any] | None
 ) -> Dataset:
     """``csv:PATH`` / ``npz:PATH``: split ``K`` uses seed ``split_seed + K``; inputs are standardised only
-    when both ``standardize`` and ``table.standardize`` say so."""
+    when both ``standardize`` and ``table.standardize`` say so.  ``meta["table_options"]`` records the
+    options as given (with the ``standardize`` applied), ``meta["split_seed"]`` the effective seed."""
     fmt, _, path = name.partition(":")
     if not path:
         raise ValueError(f"name={name!r}: give the file after the prefix, e.g. {fmt}:data/my_table.{fmt}")
@@ -207,10 +208,10 @@ def _table(
         opts = TableOptions.from_dict(table, what="table")
     else:
         raise TypeError(f"table must be a TableOptions or a mapping, got {type(table).__name__}")
-    opts = opts.replace(
-        split_seed=opts.split_seed + split, standardize=bool(standardize and opts.standardize)
-    )
-    return load_table(path, opts, fmt=fmt)
+    opts = opts.replace(standardize=bool(standardize and opts.standardize))
+    ds = load_table(path, opts.replace(split_seed=opts.split_seed + split), fmt=fmt)
+    ds.meta["table_options"] = opts.to_dict()  # as given: the effective seed is meta["split_seed"]
+    return ds
 
 
 def is_table_name(name: str) -> bool:
@@ -255,7 +256,9 @@ def load_dataset(
             as ``"csv:PATH"`` or ``"npz:PATH"`` (relative paths from the working directory).
         split: non-negative int; see the table for its meaning per dataset.
         data_dir: data root for UCI and image sets (default ``$ZOO_DATA_DIR``).
-        standardize: standardise x with train statistics (ignored for the image sets).
+        standardize: standardise x with train statistics (ignored for the image sets).  For a table file
+            the inputs are standardised only when both this and ``table.standardize`` are true: either
+            ``False`` turns it off.
         table: :class:`~zoo.data.tables.TableOptions` (or a mapping of them) for a table file: target column,
             task, test fraction, split seed, true support; default ``TableOptions()`` (last column the target,
             task inferred, 10 % test).  Only for ``csv:``/``npz:`` names.

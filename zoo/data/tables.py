@@ -5,14 +5,19 @@ settings.
 ``zoo.data.load_dataset("csv:PATH")`` / ``"npz:PATH"`` (and so ``zoo fit``, ``fit_on_dataset``, protocols and
 ``zoo bench``) go through here: the split index ``K`` of a run uses split seed ``split_seed + K``.
 
-* **CSV**: a header row naming the columns is required; the delimiter (``,``, ``;`` or tab) is detected.
-  Every feature column must be numeric (an error names the first that is not); empty cells and
-  ``NA``/``NaN`` are missing values, which are an error naming the column and how many.
-* **NPZ**: arrays ``x`` (``(n, d)``) and ``y`` (``(n,)`` or ``(n, k)``), or a single 2-D array whose column
-  ``target`` is the target.
+* **CSV**: UTF-8 text with a header row naming the columns (required: a first row of numbers is refused);
+  the delimiter (``,``, ``;`` or tab) is detected; ``.`` is the decimal point (``1,95`` and thousands
+  separators such as ``1,822.79`` are not numbers).  Every feature column must be numeric (an error names
+  the first that is not); empty cells and ``NA``/``NaN`` are missing values, which are an error naming the
+  column and how many (data rows are counted from 1, the header not included).
+* **NPZ**: an ``np.savez`` archive (``allow_pickle=False``: object arrays are refused) with arrays ``x``
+  (``(n, d)``) and ``y`` (``(n,)`` or ``(n, k)``), or a single 2-D array whose column ``target`` is the
+  target; rows are counted from 0, as numpy indexes them.
 * ``target`` is a column name (CSV) or an integer column index (negative counts from the end); default the
-  last column.  ``true_support`` names the relevant feature columns the same way (with ``x``/``y`` arrays the
-  indices refer to the columns of ``x``).
+  last column.  ``true_support`` names the relevant feature columns the same way: an integer is a **file
+  column** index, counted over all columns with the target included, exactly as ``target`` (with ``x``/``y``
+  arrays the file columns are those of ``x``).  :func:`zoo.data.from_arrays`, which has no file, takes
+  feature indices; ``Dataset.meta["true_support_names"]`` names the columns a table's support selected.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import dataclasses
 import logging
 import numbers
 import os
+import re
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,8 +69,13 @@ class TableOptions(Config):
         split_seed: seed of the random split (``np.random.default_rng(split_seed).permutation``).
         standardize: standardise the inputs with the train part's statistics (see
             :func:`zoo.data.from_arrays`, which also records the regression targets' train mean/std).
-        true_support: the feature columns that truly matter (names or indices, as ``target``), for the
-            variable-selection metrics TPR/FPR; ``None``: unknown.
+        true_support: the feature columns that truly matter, for the variable-selection metrics TPR/FPR;
+            names, or integer **file column** indices counted as ``target`` counts them (over all the
+            file's columns, the target's included: in columns ``a, y, b`` with target ``y``, ``b`` is 2);
+            ``None``: unknown.
+
+    ``load_dataset(name, standardize=False, table=TableOptions(standardize=True))``: the inputs are
+    standardized only when both say so, so either ``False`` turns it off.
     """
 
     target: str | int | None = None
@@ -114,11 +126,29 @@ def _parse_column(values: list[str], column: str, path: Path, role: str) -> np.n
         try:
             out[i] = float(v)
         except ValueError:
-            hint = "map the labels to 0..C-1" if role == "target" else "encode it as numbers or drop it"
             raise ValueError(
-                f"{path}: {role} column {column!r} is not numeric (data row {i + 1} holds {v!r}); {hint}"
+                f"{path}: {role} column {column!r} is not numeric (data row {i + 1} holds {v!r}); "
+                + _number_hint(v, role)
             ) from None
     return out
+
+
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}([,' ]\d{3})+(\.\d*)?$")
+_DECIMAL_COMMA = re.compile(r"^[+-]?\d*,\d+$")
+
+
+def _number_hint(value: str, role: str) -> str:
+    """What to do about a cell that is not a number: number formats first, then labels or encodings."""
+    if _THOUSANDS.match(value):
+        return "remove the thousands separators (numbers are read as 1822.79, not 1,822.79)"
+    if _DECIMAL_COMMA.match(value):
+        return "'.' is the decimal point: write 1.95, not 1,95"
+    if role == "target":
+        return (
+            "class labels must be integers 0..C-1 (e.g. y = np.unique(y, return_inverse=True)[1]); a "
+            "regression target must hold plain numbers"
+        )
+    return "encode it as numbers or drop it"
 
 
 def _is_number(s: str) -> bool:
@@ -129,10 +159,26 @@ def _is_number(s: str) -> bool:
     return True
 
 
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; a binary file (an archive, an image, ...) is a ``ValueError`` naming it."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: not a text/CSV file (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not "
+            "UTF-8 text); give a CSV file with a header row, or an .npz archive as npz:PATH"
+        ) from None
+    if "\x00" in text:
+        raise ValueError(
+            f"{path}: not a text/CSV file (it holds NUL bytes); give a CSV file with a header row"
+        )
+    return text
+
+
 def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
     """The header's column names and the data rows (as strings)."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        lines = [line for line in fh.read().splitlines() if line.strip()]
+    lines = [line for line in _read_text(path).splitlines() if line.strip()]
     if not lines:
         raise ValueError(f"{path}: the file is empty")
     try:
@@ -169,9 +215,34 @@ def _csv_columns(path: Path, options: TableOptions) -> _Columns:
     return x, y, [header[j] for j in features], header[t], header, t
 
 
+def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` archive, read without unpickling anything; anything else is a
+    ``ValueError`` naming the file and what it is."""
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    if head == b"\x93NUMPY":
+        raise ValueError(
+            f"{path}: not an .npz archive but a single .npy array; save it with np.savez(path, x=x, y=y) "
+            "(or one 2-D array, np.savez(path, table))"
+        )
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path}: not an .npz archive (np.savez / np.savez_compressed writes one); a text table is read "
+            "as csv:PATH"
+        )
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except ValueError as exc:  # object arrays: numpy would suggest an unsafe pickle load
+        raise ValueError(
+            f"{path}: an array of the archive holds Python objects, not numbers; store numeric arrays"
+        ) from exc
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable .npz archive ({exc})") from exc
+
+
 def _npz_columns(path: Path, options: TableOptions) -> _Columns:
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
+    arrays = _npz_arrays(path)
     if "x" in arrays and "y" in arrays:
         if options.target is not None:
             raise ValueError(f"target: {path} holds arrays 'x' and 'y', so target must be None")
@@ -203,13 +274,19 @@ def _support_indices(refs: tuple[str | int, ...], columns: list[str], t: int | N
     for ref in refs:
         j = checks.feature_index(ref, columns, "true_support")
         if j == t:
-            raise ValueError(f"true_support: column {ref!r} is the target, not a feature")
+            raise ValueError(
+                f"true_support: column {ref!r} is the target, not a feature (integer indices count the "
+                "file's columns, the target's included, as target does)"
+            )
         out.append(j - 1 if t is not None and j > t else j)
     return out
 
 
-def _check_values(path: Path, x: np.ndarray, y: np.ndarray, features: list[str], target: str) -> None:
-    """Numeric arrays of equal length without missing values; errors name the column."""
+def _check_values(
+    path: Path, x: np.ndarray, y: np.ndarray, features: list[str], target: str, fmt: str = "csv"
+) -> None:
+    """Numeric arrays of equal length without missing values; errors name the column and the rows (a CSV's
+    data rows from 1, an NPZ array's rows from 0)."""
     for what, arr in (("inputs", x), ("target", y)):
         if arr.dtype.kind not in "biuf":
             raise ValueError(f"{path}: the {what} must be numeric, got dtype {arr.dtype}")
@@ -221,9 +298,11 @@ def _check_values(path: Path, x: np.ndarray, y: np.ndarray, features: list[str],
     for name, col in [*zip(features, x.T, strict=True), *((target, c) for c in y_cols)]:
         bad = ~np.isfinite(col.astype(np.float64))
         if bad.any():
-            rows = (np.flatnonzero(bad)[:5] + 1).tolist()
+            first = 1 if fmt == "csv" else 0
+            rows = (np.flatnonzero(bad)[:5] + first).tolist()
+            what = "data rows" if fmt == "csv" else "rows (0-based)"
             raise ValueError(
-                f"{path}: column {name!r} has {int(bad.sum())} missing or non-finite value(s) (data rows "
+                f"{path}: column {name!r} has {int(bad.sum())} missing or non-finite value(s) ({what} "
                 f"{rows}{', ...' if bad.sum() > 5 else ''}); drop or impute them before training"
             )
 
@@ -253,7 +332,7 @@ def load_table(
         raise FileNotFoundError(f"path: no table file {str(path)!r}")
     reader = _csv_columns if fmt == "csv" else _npz_columns
     x, y, features, target, columns, t = reader(path, options)
-    _check_values(path, x, y, features, target)
+    _check_values(path, x, y, features, target, fmt)
     n = x.shape[0]
     n_test = n - int(round((1.0 - options.test_frac) * n))
     if n < 2 or not 0 < n_test < n:
@@ -277,7 +356,10 @@ def load_table(
             standardize=options.standardize,
             split=options.split_seed,
             true_support=support,
-            meta=_meta(path, options, features, target, tr, te),
+            meta={
+                **_meta(path, options, features, target, tr, te),
+                **({} if support is None else {"true_support_names": [features[j] for j in support]}),
+            },
         )
     except ValueError as exc:
         raise ValueError(f"{path} (target column {target!r}): {exc}") from exc
@@ -297,4 +379,5 @@ def _meta(
             f"first round({1 - options.test_frac:g} N) rows train"
         ),
         "table_options": options.to_dict(),
+        "split_seed": options.split_seed,
     }

@@ -53,14 +53,25 @@ def warn_scale(name: str, t: Tensor) -> bool:
     if big > SCALE_LIMIT or tiny:
         logger.warning(
             "%s is on a non-standard scale (largest column |mean| or sd %.3g, largest sd %.3g) and the "
-            "model does not standardize it: standardize it first (e.g. zoo.data.from_arrays(..., "
-            "standardize=True); zoo fit standardizes by default) or expect a poor fit",
+            "model does not standardize it: %s, or expect a poor fit",
             name,
             big,
             float(sd.max()),
+            _TARGET_ADVICE if name == "y" else _INPUT_ADVICE,
         )
         return True
     return False
+
+
+_INPUT_ADVICE = (
+    "standardize it first (zoo.data.from_arrays(..., standardize=True) does, keeping the statistics for "
+    "new rows in Dataset.transform_x; zoo fit and zoo.fit_on_dataset do by default)"
+)
+_TARGET_ADVICE = (
+    "fit on (y - mu) / sd and record mu, sd with fit(..., metadata={'y_mean': mu, 'y_std': sd}) so that "
+    "predict and to_inference_data work in target units (mu, sd: ds.y_mean, ds.y_std of a zoo.data "
+    "Dataset, whose targets are never rescaled), or let zoo.fit_on_dataset / zoo fit do both"
+)
 
 
 def conform_tensors(model: torch.nn.Module, x: Tensor, y: Tensor | None) -> tuple[Tensor, Tensor | None]:

@@ -9,7 +9,10 @@ worker processes.  ``DIR`` gets ``bench.json`` (every fit) and ``leaderboard.{md
 command again resumes an interrupted run, another bench in the same ``DIR`` is refused.
 
 Every argument is checked (data loaded, every spec built once) before anything is fitted or written; a
-problem is a usage error naming the argument (exit code 2).
+problem is a usage error naming the argument (exit code 2).  An ``--against`` model that cannot fit the own
+table's task (a regression-only model on class labels) is left out with a warning on stderr naming
+``--against`` rather than refusing the whole bench; the benched SPEC itself must fit it.  Own data: the
+task is printed before the fits, as ``zoo fit`` prints it.
 """
 
 from __future__ import annotations
@@ -132,6 +135,33 @@ def _suite(parser: argparse.ArgumentParser, a: argparse.Namespace, splits):
     return suite, table, against
 
 
+def _fitting_against(parser: argparse.ArgumentParser, a: argparse.Namespace, table, split: int, against):
+    """The ``--against`` specs that can fit the own table's task (the others are left out with a warning
+    naming ``--against``); loads the table once, so a bad one is a usage error naming its flag, and prints
+    the task."""
+    from zoo.experiments.bench_fit import load_bench_dataset
+    from zoo.experiments.cli_data import error_flag, task_line
+    from zoo.experiments.registry import get_entry
+
+    try:
+        ds = load_bench_dataset(a.dataset, split, a.data_dir, table)
+    except (FileNotFoundError, TypeError, ValueError) as e:
+        parser.error(f"argument {error_flag(e, True)}: {e}")
+    kept = []
+    for s in against:
+        tasks = get_entry(s.model).tasks
+        if ds.task in tasks:
+            kept.append(s)
+        else:
+            print(
+                f"zoo bench: warning: argument --against: {s.label} fits {'/'.join(tasks)} data, not "
+                f"{ds.task}: left out of this bench",
+                file=sys.stderr,
+            )
+    print(task_line(ds, a.task), flush=True)
+    return tuple(kept)
+
+
 def _plan(parser: argparse.ArgumentParser, a: argparse.Namespace):
     """The :class:`~zoo.experiments.bench.BenchPlan` and its fits, checked before anything runs."""
     from zoo.experiments.bench import BenchPlan, check_out
@@ -149,6 +179,8 @@ def _plan(parser: argparse.ArgumentParser, a: argparse.Namespace):
         parser.error(f"argument --splits: expected e.g. 0-4 or 0,3, got {a.splits!r}")
     spec = _spec(parser, a)
     suite, table, against = _suite(parser, a, splits)
+    if table is not None:
+        against = _fitting_against(parser, a, table, suite.splits[0], against)
     plugins = tuple([*a.plugin_pre, *a.plugin])
     if against and spec.label in {s.label for s in against}:
         against = tuple(s for s in against if s.label != spec.label)
@@ -207,7 +239,8 @@ def bench_command(parser: argparse.ArgumentParser, a: argparse.Namespace, argv: 
     bench_rows = [r for r in doc["rows"] if r["label"] == bench_label]
     if plan.table is not None or a.dataset is not None:
         zoo_rows = [r for r in doc["rows"] if r["label"] != bench_label]
-        source, note = f"fitted in this run ({', '.join(s.label for s in plan.specs[1:])})", None
+        fitted = ", ".join(s.label for s in plan.specs[1:]) or "none: no --against model fits this task"
+        source, note = f"fitted in this run ({fitted})", None
     else:
         zoo_rows, source, note = load_zoo_rows(plan.suite, a.zoo_rows)
     cmd = "zoo " + " ".join(sys.argv[1:] if argv is None else argv)

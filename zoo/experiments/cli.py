@@ -3,8 +3,9 @@
 
 Every subcommand takes ``--plugin PATH_OR_MODULE`` (repeatable, also before the subcommand) to load models
 from outside the package first (:mod:`zoo.experiments.plugins`).  ``zoo fit`` takes a registered dataset or
-an own table file (``--dataset csv:PATH --target COLUMN``, :mod:`zoo.experiments.cli_data`) and refuses an
-``--out`` folder holding an earlier run unless ``--overwrite`` is given.
+an own table file (``--dataset csv:PATH --target COLUMN``, :mod:`zoo.experiments.cli_data`; it prints the
+task it fits, e.g. ``task: multiclass (3 classes, inferred from the target; pass --task to override)``) and
+refuses an ``--out`` folder holding an earlier run unless ``--overwrite`` is given.
 
 Every argument is validated before any fit starts and before anything is written (seeds in
 ``0 .. 2**32 - 1``, finite rates, a device this machine has, an ``--out`` whose parent is a writable folder,
@@ -103,12 +104,15 @@ def _fit(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     _threads(parser, a.threads)
     import pyro
 
-    from zoo.experiments.cli_data import load_cli_dataset
+    from zoo.data import is_table_name
+    from zoo.experiments.cli_data import load_cli_dataset, task_line
     from zoo.experiments.cli_report import fit_report
     from zoo.experiments.runs import fit_on_dataset, write_run
 
     ds = load_cli_dataset(parser, a)
     _check_build(parser, a, ds)
+    if is_table_name(a.dataset):
+        print(task_line(ds, a.task), flush=True)
     pyro.enable_validation(False)
     if a.ensemble > 1:
         _fit_ensemble(a, ds)

@@ -6,14 +6,18 @@ Flags (the table flags only with a ``csv:``/``npz:`` dataset):
 
 * ``--target COLUMN``: the target column, a name or an integer index (negative from the end); default the
   last column; for an ``.npz`` file with arrays ``x`` and ``y`` leave it out;
-* ``--task {regression,binary,multiclass}``: default inferred from the target;
+* ``--task {regression,binary,multiclass}``: default inferred from the target (:data:`TASK_RULE`);
+  ``zoo fit`` prints the task it uses (:func:`task_line`) and writes ``task``/``n_classes`` to metrics.json;
 * ``--test-frac F`` (default 0.1) and ``--split-seed S`` (default 0): the random train/test split; split
-  index ``--split K`` uses seed ``S + K``;
-* ``--true-support COLS``: comma-separated feature columns known to matter (TPR/FPR selection metrics);
+  index ``--split K`` uses seed ``S + K`` (metrics.json records both and the effective ``split_seed``);
+* ``--true-support COLS``: comma-separated columns known to matter (TPR/FPR selection metrics), names or
+  integer file-column indices counted as ``--target`` counts them (the target's column included);
 * ``--no-standardize``: keep the inputs as they are (default: standardise with the train part's mean and
   standard deviation); applies to registered datasets too.
 
-Every problem is a usage error (exit 2) naming the flag, before anything is trained or written.
+Every problem is a usage error (exit 2) before anything is trained or written, naming the one flag at
+fault when the error says which (``--target``, ``--true-support``, ``--test-frac``; a file that cannot be
+read is ``--dataset``), else the table flags together.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import re
 
 from zoo.data import Dataset, TableOptions, is_table_name, load_dataset
 
-__all__ = ["add_data_arguments", "table_options", "load_cli_dataset", "TABLE_FLAGS"]
+__all__ = ["add_data_arguments", "table_options", "load_cli_dataset", "task_line", "TABLE_FLAGS", "TASK_RULE"]
 
 TASKS = ("regression", "binary", "multiclass")
 #: TableOptions field -> its flag (the namespace attribute is the field name)
@@ -35,6 +39,22 @@ TABLE_FLAGS = {
     "true_support": "--true-support",
 }
 _INT = re.compile(r"^-?\d+$")
+#: the rule of :func:`zoo.data.checks.infer_task`, as --help and the README state it
+TASK_RULE = (
+    "inferred from the target: non-integer values or more than 20 distinct integers: regression; two "
+    "distinct values: binary; else multiclass (labels 0..C-1)"
+)
+#: the first word of a table error -> the one flag at fault
+_ERROR_FLAGS = {"target": "--target", "true_support": "--true-support", "test_frac": "--test-frac"}
+#: what the file itself is wrong about (its format, a cell): --dataset's fault, whatever the other flags
+_FILE_ERRORS = (
+    "not a text/CSV file",
+    "archive",
+    "is not numeric",
+    "missing or non-finite",
+    "header",
+    "fields",
+)
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,9 +66,11 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="COLUMN",
         help="target column: a name or an integer index (default: the last column; leave it out for an "
-        ".npz file with arrays x and y)",
+        ".npz file with arrays x and y); a CSV needs a header row and '.' as the decimal point",
     )
-    g.add_argument("--task", choices=TASKS, default=None, help="default: inferred from the target")
+    g.add_argument(
+        "--task", choices=TASKS, default=None, help=f"default: {TASK_RULE}; zoo fit prints the task it uses"
+    )
     g.add_argument("--test-frac", type=float, default=None, help="test fraction in (0, 1) (default 0.1)")
     g.add_argument(
         "--split-seed", type=int, default=None, help="seed of the random split (default 0; --split K adds K)"
@@ -57,7 +79,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "--true-support",
         default=None,
         metavar="COLS",
-        help="comma-separated feature columns (names or indices) known to matter: TPR/FPR metrics",
+        help="comma-separated columns known to matter, for the TPR/FPR selection metrics: names, or integer "
+        "file-column indices counted as --target counts them (the target's column included)",
     )
     parser.add_argument(
         "--no-standardize",
@@ -104,10 +127,38 @@ def load_cli_dataset(parser: argparse.ArgumentParser, a: argparse.Namespace) -> 
     """Load ``a.dataset`` split ``a.split`` (:func:`zoo.data.load_dataset`, with :func:`table_options` for
     a table file); any problem is ``parser.error`` naming the flags."""
     table = table_options(parser, a)
-    flags = "--dataset/--target/--task/--test-frac/--split-seed" if table is not None else "--dataset/--split"
     try:
         return load_dataset(
             a.dataset, a.split, data_dir=a.data_dir, standardize=not a.no_standardize, table=table
         )
     except (ValueError, TypeError, FileNotFoundError) as e:
-        parser.error(f"argument {flags}: {e}")
+        parser.error(f"argument {error_flag(e, table is not None)}: {e}")
+
+
+def error_flag(error: Exception, table: bool) -> str:
+    """The flag(s) a data error is about: the one its first word names (``target:``, ``true_support:``,
+    ``test_frac=``), ``--dataset`` for a file that is missing or unreadable as a table, else the flags that
+    shape the data together."""
+    if not table:
+        return "--dataset/--split"
+    if isinstance(error, FileNotFoundError):
+        return "--dataset"
+    text = str(error)
+    word = re.split(r"[\W]", text, maxsplit=1)[0]
+    if word in _ERROR_FLAGS:
+        return _ERROR_FLAGS[word]
+    if word == "path" or any(m in text for m in _FILE_ERRORS):
+        return "--dataset"
+    return "--dataset/--target/--task/--test-frac/--split-seed"
+
+
+def task_line(ds: Dataset, given: str | None) -> str:
+    """``task: multiclass (6 classes, inferred from the target; pass --task to override)`` for an own
+    table (``given``: the ``--task`` flag), with the columns a ``--true-support`` selected."""
+    classes = f"{ds.n_classes} classes, " if ds.task == "multiclass" else ""
+    how = "given by --task" if given is not None else "inferred from the target; pass --task to override"
+    line = f"task: {ds.task} ({classes}{how})"
+    names = ds.meta.get("true_support_names")
+    if names is not None:
+        line += f"; true support: {', '.join(map(str, names))}"
+    return line

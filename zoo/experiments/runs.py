@@ -2,7 +2,9 @@
 
 Used by ``zoo fit`` and ``zoo reproduce``.  Protocol conventions:
 
-* inputs standardized with training statistics (the dataset loader does it);
+* inputs standardized with training statistics (the dataset loader does it); the fit's config records
+  them with the feature names and, for an own table file, how it was read (:mod:`zoo.data.provenance`),
+  so the checkpoint predicts on new raw rows (``FitResult.predict(x_raw, raw_inputs=True)``);
 * regression targets standardized with training statistics *for fitting*; predictions are mapped back
   and every metric is reported on the original target scale (the UCI protocol of Hernández-Lobato &
   Adams 2015; paper 000 reports raw-scale RMSE too);
@@ -29,6 +31,7 @@ import torch
 from zoo.core.config import resolve
 from zoo.core.validation import check_bool, resolve_device
 from zoo.data import Dataset, load_dataset
+from zoo.data.provenance import input_record, table_record, task_record
 from zoo.data.tensors import fit_tensors as _prepare
 from zoo.eval import metrics
 from zoo.experiments.config import RunConfig
@@ -212,7 +215,7 @@ def fit_on_dataset(
     fits = []
     for m, g, spec in builds:
         fit_kwargs = _fit_kwargs(cfg, d, ds, dev)
-        config = {**extra, "dataset": ds.name, "split": cfg.split}
+        config = {**extra, "dataset": ds.name, "split": cfg.split, **table_record(ds), **input_record(ds)}
         result = fitter(
             m, g, xtr, ytr, loss=_loss(d, m, g), config=config, spec=spec, **fit_kwargs, **fit_options
         )
@@ -366,7 +369,11 @@ def write_run(run: RunOutput, out_dir: str | os.PathLike, num_samples: int = 200
 
     ``posterior.nc`` follows ArviZ's schema (:func:`zoo.eval.diagnostics.to_inference_data`): the training
     set as ``observed_data`` / ``posterior_predictive`` / ``log_likelihood`` (``az.loo``, ``az.plot_ppc``),
-    the test set as ``predictions`` / ``predictions_constant_data``, all on the original target scale."""
+    the test set as ``predictions`` / ``predictions_constant_data``, all on the original target scale.
+
+    ``metrics.json`` is the run's row plus the data's record (:mod:`zoo.data.provenance`): ``task`` and
+    ``n_classes``, for an own table the file, its table options and the effective ``split_seed``, and the
+    ``feature_names`` with the training ``x_mean`` / ``x_std`` of standardized inputs."""
     from zoo.eval.diagnostics import save_netcdf, to_inference_data  # arviz: imported when needed
 
     xtr, ytr, xte, yte = run.dataset.tensors(device=run.result.device)
@@ -380,6 +387,7 @@ def write_run(run: RunOutput, out_dir: str | os.PathLike, num_samples: int = 200
         save(run.result, stage / names["checkpoint"])
         check_free_space(stage, _netcdf_bytes(idata), "posterior.nc")
         save_netcdf(idata, stage / names["posterior"])
-        atomic_write_text(stage / names["metrics"], dumps_json(run.metrics))
+        record = {**task_record(run.dataset), **table_record(run.dataset), **input_record(run.dataset)}
+        atomic_write_text(stage / names["metrics"], dumps_json({**run.metrics, **record}))
     out = Path(out_dir)
     return {k: out / v for k, v in names.items()}
