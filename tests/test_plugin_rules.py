@@ -248,3 +248,13 @@ def test_unknown_model_hints_at_plugins(tmp_path, capsys):
         main(["fit", "pl-nope", *FIT, "--out", str(out)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "a plugin's model? pass --plugin PATH" in err and not out.exists(), err
+
+
+def test_build_refuses_a_multiclass_model_with_fewer_than_two_classes():
+    """One output cannot hold a categorical over classes: refused at build, naming out_features."""
+    with pytest.raises(ValueError, match=r"^out_features: a multiclass model needs at least 2 classes"):
+        zoo.build("mfvi-bnn", 3, 1, "multiclass")
+    with pytest.raises(TypeError, match=r"^out_features: "):
+        zoo.build("mfvi-bnn", 3, 2.0, "multiclass")
+    model = zoo.build("mfvi-bnn", 3, 2, "multiclass", hidden=[4])[0]
+    assert model.likelihood.task == "multiclass"

@@ -257,6 +257,13 @@ def build(
     entry = get_entry(name)
     if task not in entry.tasks:
         raise ValueError(f"task: {name} supports {list(entry.tasks)}, not {task!r}")
+    if task == "multiclass" and (isinstance(out_features, bool) or not isinstance(out_features, int)):
+        raise TypeError(f"out_features: the number of classes must be an int, got {out_features!r}")
+    if task == "multiclass" and out_features < 2:
+        raise ValueError(
+            f"out_features: a multiclass model needs at least 2 classes (one output per class), got "
+            f"{out_features}; for two classes use task='binary' with out_features=1"
+        )
     guide_name = entry.default_guide if guide is None else guide  # "" is not a guide
     if guide_name not in entry.guides:
         raise ValueError(f"guide: {name} offers guides {list(entry.guides)}, not {guide_name!r}")
