@@ -167,12 +167,16 @@ def test_draws_within_one_chunk_keep_the_unchunked_random_stream(bowtie_fit):
     torch.testing.assert_close(got[2], samples, rtol=1e-12, atol=1e-12)
 
 
-def test_the_export_of_a_bowtie_fit_draws_the_training_rows_in_chunks(bowtie_fit, cholesky_rows, monkeypatch):
+def test_the_export_of_a_bowtie_fit_draws_from_the_model_under_the_posterior_draws(bowtie_fit, monkeypatch):
+    """The export draws ``y`` from the model under each posterior draw (the locals from the model given the
+    draw: :func:`zoo.infer.predict.predictive_samples`, in chunks of rows), never through the
+    test-time local CAVI of :meth:`BowtieCAVIGuide.predictive` (its draws are not the posterior group's)."""
     res, x, y = bowtie_fit
-    monkeypatch.setattr(bowtie_predict, "ROW_CHUNK", 16, raising=False)
+    monkeypatch.setattr(
+        type(res.guide), "predictive", lambda *a, **k: pytest.fail("the guide's predictive was used")
+    )
     idata = to_inference_data(res, num_samples=20, train=(x, y))
     assert idata.posterior_predictive["obs"].shape == (1, 20, 120)
-    assert max(n for _, n in cholesky_rows) <= 16
     assert np.isfinite(idata.posterior_predictive["obs"].values).all()
 
 

@@ -255,15 +255,6 @@ class PlainAttributeState(ToyGuide, ClosedFormGuide):
         return dist.Normal(d.base_dist.loc + self.shift, d.base_dist.scale).to_event(len(s.shape))
 
 
-class NoPredictiveSamples(ToyGuide):
-    """Its own predictive returns mean and variance but no joint samples."""
-
-    def predictive(self, model, x, num_samples=100, **kwargs):
-        w = {s.name: getattr(self, _key(s.name, "loc")).detach() for s in self.specs}
-        f = model.architecture(x, w)[..., 0]
-        return Predictions("regression", mean=f, var=torch.full_like(f, 0.25))
-
-
 class Float32Bias(ToyGuide):
     def factor(self, s):
         if s.role == "bias":
@@ -294,7 +285,6 @@ BROKEN_GUIDES = [
     ("predict-pure", CountsCalls, toy_model, r"changed the fit's state: \['guide calls'\]"),
     ("predict-pure", OwnRandomStream, toy_model, "twice gives different 'mean'"),
     ("checkpoint", PlainAttributeState, toy_model, "after save / load, predict gives other 'mean'"),
-    ("arviz", NoPredictiveSamples, toy_model, "to_inference_data raised AttributeError"),
     ("guide-dtype", Float32Bias, toy_model, "float64"),
     ("param-store", BareParamAtBuild, toy_model, r"added \['toy_temperature'\]"),
 ]
@@ -321,5 +311,7 @@ def test_closed_form_tolerance_is_in_standard_errors():
 
 
 def test_every_contract_has_a_broken_example():
-    broken = {c for c, *_ in BROKEN_PRIORS} | {c for c, *_ in BROKEN_GUIDES} | {"entry"}
+    # "arviz": the export draws every group from the guide's parameter draws (never from a guide's own
+    # predictive), so a guide that passes the fit and predict contracts exports; its checks stay as a guard
+    broken = {c for c, *_ in BROKEN_PRIORS} | {c for c, *_ in BROKEN_GUIDES} | {"entry", "arviz"}
     assert broken == set(CONTRACTS), set(CONTRACTS) ^ broken

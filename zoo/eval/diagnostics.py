@@ -30,9 +30,14 @@ units; every group then carries the attributes ``y_mean``, ``y_std`` and ``targe
 **Which diagnostics mean something for VI draws.**  The draws are i.i.d. from q, not a Markov chain:
 R-hat is not defined for one chain, and the autocorrelation-based ESS of ``az.summary`` only re-estimates
 what is known exactly (ESS = S).  :func:`vi_summary` reports mean, sd, HDI, and the Monte Carlo standard
-errors and ESS of i.i.d. draws, without ArviZ's shape warnings.  Meaningful besides: PSIS-LOO / WAIC from
-the training log-likelihood (``az.loo``; its Pareto-k flags influential points; Vehtari, Gelman & Gabry
-2017, arXiv:1507.04544), posterior predictive checks (``az.plot_ppc``), and the ELBO trace.  Convergence of
+errors and ESS of i.i.d. draws, without ArviZ's shape warnings.  Meaningful besides: posterior predictive
+checks (``az.plot_ppc``), the ELBO trace, and PSIS-LOO / WAIC from the training log-likelihood (``az.loo``;
+Vehtari, Gelman & Gabry 2017, arXiv:1507.04544) where its Pareto k are small: importance weights between
+the guide and the leave-one-out posterior can be heavy-tailed for guides with discrete or per-row latents
+(the LBBNN's inclusion indicators) or far from the posterior; compare on held-out data (``zoo bench``)
+then.  ``log_likelihood[s, n]`` conditions on the global parameters of draw ``s`` only: a model with per-row
+local latents (the bow-tie) has them integrated out (``model.marginal_log_likelihood``,
+:mod:`zoo.infer.predict`).  Convergence of
 VI is judged by the ELBO trace and by agreement across seeds (fits from several seeds stacked as chains give
 :func:`vi_summary` an R-hat column that measures exactly that).
 """
@@ -54,8 +59,8 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from zoo.core.validation import check_positive_int, check_tensor
-from zoo.eval.units import annotate_target_scaling
-from zoo.infer.predict import _guide_trace, log_likelihood, posterior_samples, predict
+from zoo.eval.units import annotate_target_scaling, check_target_units, likelihood_attrs
+from zoo.infer.predict import _guide_trace, log_likelihood, posterior_samples, predictive_samples
 from zoo.io import atomic_write_path
 
 if TYPE_CHECKING:
@@ -109,7 +114,8 @@ def _posterior_group(
     for name, v in posterior_samples(fit, num_samples, seed=seed).items():
         if name in shapes and not include_weights:
             continue
-        arr = v.detach().cpu().numpy()
+        # float64: float32 overflows ArviZ's moment statistics for large scales (a horseshoe's theta ~ 1e10)
+        arr = v.detach().cpu().double().numpy() if v.is_floating_point() else v.detach().cpu().numpy()
         if name in shapes:
             arr = arr.reshape(num_samples, *shapes[name])
         posterior[name] = arr[None]
@@ -151,7 +157,11 @@ def _fit_attrs(fit: FitResult, num_samples: int) -> dict[str, object]:
     """Facts about the fit and the ELBO trace, stored as attributes of the posterior group."""
     return {
         "inference": "variational",
-        "draws": "i.i.d. from the fitted guide (one chain); summarize with zoo.eval.diagnostics.vi_summary",
+        "draws": (
+            "i.i.d. from the fitted guide (one chain); summarize with zoo.eval.diagnostics.vi_summary; "
+            "draw s is the same parameter draw in posterior, log_likelihood, posterior_predictive and "
+            "predictions"
+        ),
         "guide": type(fit.guide).__name__,
         "model": (fit.spec or {}).get("model", type(fit.model).__name__),
         "steps": int(fit.steps),
@@ -160,6 +170,7 @@ def _fit_attrs(fit: FitResult, num_samples: int) -> dict[str, object]:
         "fit_seconds": float(fit.wall_time),
         "num_draws": int(num_samples),
         "elbo_trace": np.asarray(fit.elbo, dtype=np.float64),
+        **likelihood_attrs(fit),
     }
 
 
@@ -205,16 +216,17 @@ def _data(data: dict, dims: dict) -> xr.Dataset:
 
 
 def _pair_groups(fit, x, y, site: str, draws: tuple[int, int | None], inputs: bool) -> dict[str, dict]:
-    """Draws of the observed site at ``x`` (``draws = (num_samples, seed)``), the inputs (when ``inputs``)
-    and the targets, as plain arrays, with their dims."""
-    pred = predict(fit, x, num_samples=draws[0], keep_draws=False, return_samples=True, seed=draws[1])
-    out = {"draws": {site: pred.samples.cpu().numpy()[None]}, "inputs": {}, "targets": {}}
+    """Draws of the observed site at ``x`` (``draws = (num_samples, seed)``; draw ``s`` under the parameter
+    draw ``s`` of the posterior group: :func:`zoo.infer.predict.predictive_samples`), the inputs (when
+    ``inputs``) and the targets, as plain arrays, with their dims."""
+    samples = predictive_samples(fit, x, num_samples=draws[0], seed=draws[1])
+    out = {"draws": {site: samples.cpu().numpy()[None]}, "inputs": {}, "targets": {}}
     if inputs:
         out["inputs"] = {"x": x.detach().cpu().numpy()}
     if y is not None:
         out["targets"] = {"y": y.detach().cpu().numpy()}
     out["dims"] = {
-        site: _draw_dims(site, pred.samples),
+        site: _draw_dims(site, samples),
         "x": ["obs_id", "feature"],
         "y": ["obs_id"] if y is None or y.dim() == 1 else ["obs_id", f"{site}_dim_0"],
     }
@@ -226,21 +238,36 @@ def _train_groups(fit, data, site: str, draws: tuple[int, int | None], inputs: b
     (named as the observed site), ``constant_data`` (``x``)."""
     x, y = data
     g = _pair_groups(fit, x, y, site, draws, inputs)
+    check_target_units("train", fit, g["targets"]["y"], g["draws"][site])
     ll = log_likelihood(fit, x, y, num_samples=draws[0], seed=draws[1])
     groups = {
         "posterior_predictive": _draws(g["draws"], g["dims"]),
         "observed_data": _data({site: g["targets"]["y"]}, {site: g["dims"]["y"]}),
         "log_likelihood": _draws({site: ll.cpu().numpy()[None]}, {site: ["obs_id"]}),
     }
+    groups["log_likelihood"].attrs.update(_pointwise_attrs(fit))
     if g["inputs"]:
         groups["constant_data"] = _data(g["inputs"], g["dims"])
     return groups
+
+
+def _pointwise_attrs(fit) -> dict[str, str]:
+    """What ``log_likelihood[s, n]`` is, for a model with per-row local latents (e.g. the bow-tie's gates)."""
+    text = "log p(y_n | theta_s), theta_s the posterior group's draw s"
+    if callable(getattr(fit.model, "marginal_log_likelihood", None)):
+        text += (
+            "; the model's per-row local latents integrated out by Monte Carlo with common random numbers "
+            f"({type(fit.model).__name__}.marginal_log_likelihood)"
+        )
+    return {"pointwise": text, **likelihood_attrs(fit)}
 
 
 def _new_data_groups(fit, x, y, site: str, draws: tuple[int, int | None], inputs: bool) -> dict:
     """``predictions`` (draws of the observed site at new inputs) and ``predictions_constant_data`` (``x``
     and the targets ``y`` to score them against)."""
     g = _pair_groups(fit, x, y, site, draws, inputs)
+    if y is not None:
+        check_target_units("y", fit, g["targets"]["y"], g["draws"][site])
     groups = {"predictions": _draws(g["draws"], g["dims"])}
     const = {**g["inputs"], **g["targets"]}
     if const:
@@ -262,6 +289,18 @@ def to_inference_data(
 ) -> az.InferenceData:
     """Export a :class:`~zoo.infer.result.FitResult` to ``arviz.InferenceData`` (see module docstring).
 
+    A NUTS fit (:class:`zoo.infer.mcmc_result.NUTSResult`, any result with its own ``to_inference_data``)
+    is exported by that method (:func:`zoo.infer.mcmc_export.to_inference_data`): every chain and draw
+    kept, with ``sample_stats``; ``num_samples``, ``include_weights``, ``max_weight_params`` and ``seed``
+    do not apply to it.
+
+    **Target scale.**  ``y`` and ``train``'s targets must be on the scale of the fit's own targets *as
+    recorded*: in original units when the fit recorded ``y_mean`` / ``y_std`` (``zoo fit``,
+    :func:`zoo.experiments.runs.fit_on_dataset`, ``fit(..., metadata={"y_mean": .., "y_std": ..})``), else
+    on the scale the fit was trained on.  Targets that look like the other scale (compared with the
+    recorded standardization and with the predictive draws) give a warning naming ``train`` or ``y``
+    (:func:`zoo.eval.units.check_target_units`).
+
     :param x: new inputs (e.g. the test set): draws go to ``predictions``, ``x`` to
         ``predictions_constant_data``.
     :param y: targets at ``x`` (stored as ``predictions_constant_data.y`` to score the predictions against).
@@ -270,8 +309,13 @@ def to_inference_data(
     :param include_weights: export weight/bias sites; default only when the network has at most
         ``max_weight_params`` parameters (hyperparameters and scales are always exported).
     :param max_input_values: inputs are stored only up to this many numbers.
-    :param seed: draw ``s`` uses the same parameters in every group (predictions and log-likelihood).
+    :param seed: draw ``s`` is the same parameter draw in every group (``posterior``, ``log_likelihood``,
+        ``posterior_predictive``, ``predictions``): all come from the seeding scheme of
+        :mod:`zoo.infer.predict` with this seed, whatever the guide (a guide's own ``predictive``, which
+        makes its own draws, is not used here).
     """
+    if callable(getattr(type(fit), "to_inference_data", None)):  # a NUTS result: chains kept
+        return fit.to_inference_data(x, y, train=train, max_input_values=max_input_values)
     num_samples = check_positive_int("num_samples", num_samples)
     train = _check_args(fit, x, y, train)
     if include_weights is None:

@@ -6,9 +6,18 @@ same draws, so draw ``s`` uses the same weights for every data point (needed for
 pointwise log-likelihood matrix) while memory stays ``O(sample_chunk x data_chunk)``.  A 10k x 784 test
 set with 100 draws therefore never materializes more than one chunk of activations.
 
+**One seeding scheme.**  :func:`posterior_samples`, :func:`log_likelihood`, :func:`predictive_samples`
+and the generic path of :func:`predict` draw the guide in chunks of ``sample_chunk`` draws (default
+:data:`SAMPLE_CHUNK`), chunk ``j`` from its own seed :func:`draw_chunk_seeds` takes from torch's generator
+right after ``seed`` is set: with the same ``seed``, ``num_samples`` and ``sample_chunk``, draw ``s`` is the
+same parameter draw in all of them, however the rows are chunked.
+
 A guide with its own predictive (e.g. test-time local updates) can define
 ``predictive(model, x, num_samples=..., ...)`` returning :class:`Predictions`; :func:`predict` defers
-to it.
+to it (:func:`predictive_samples` does not).  A model whose observations depend on per-row local latents
+can define ``marginal_log_likelihood(guide_trace, num_particles, x, y, seed)`` returning ``log p(y_n |
+theta_s)`` ``(c, n)`` on its own target scale with the locals integrated out; :func:`log_likelihood`
+defers to it (e.g. :class:`zoo.families.bowtie.model.BowtieModel`).
 """
 
 from __future__ import annotations
@@ -28,7 +37,19 @@ from torch import Tensor
 
 from zoo.core.validation import check_positive_int, check_same_device, check_seed, check_tensor
 
-__all__ = ["Predictions", "predict", "iter_draws", "log_likelihood", "posterior_samples"]
+__all__ = [
+    "SAMPLE_CHUNK",
+    "Predictions",
+    "draw_chunk_seeds",
+    "predict",
+    "iter_draws",
+    "log_likelihood",
+    "posterior_samples",
+    "predictive_samples",
+]
+
+#: draws per vectorized guide call; part of the seeding scheme (module docstring)
+SAMPLE_CHUNK = 50
 
 
 @dataclass
@@ -78,20 +99,34 @@ def _guide_trace(guide, c: int, x: Tensor, seed: int | None = None):
             return poutine.trace(guide).get_trace(x, None)
 
 
+def draw_chunk_seeds(num_samples: int, sample_chunk: int = SAMPLE_CHUNK) -> list[int]:
+    """One seed per chunk of ``sample_chunk`` draws, taken from torch's global generator (set by a
+    function's ``seed`` just before): the seeding scheme every draw of this module shares (module
+    docstring).  Fixed up front, so the draws do not depend on how the rows are chunked."""
+    return torch.randint(0, 2**62, (len(range(0, num_samples, sample_chunk)),)).tolist()
+
+
+def _draw_traces(
+    result: Any, x: Tensor, num_samples: int, sample_chunk: int
+) -> Iterator[tuple[slice, int, Any]]:
+    """``(draw_slice, chunk_seed, guide_trace)`` per chunk of draws (:func:`draw_chunk_seeds`); the guide
+    runs at ``x[:2]``.  Call under ``torch.no_grad()`` and ``result.activate()``."""
+    probe = x[: min(len(x), 2)]
+    for s, chunk_seed in zip(_chunks(num_samples, sample_chunk), draw_chunk_seeds(num_samples, sample_chunk)):
+        yield s, chunk_seed, _guide_trace(result.guide, s.stop - s.start, probe, chunk_seed)
+
+
 def iter_draws(
-    result: Any, x: Tensor, num_samples: int, sample_chunk: int = 50, data_chunk: int = 4096
+    result: Any, x: Tensor, num_samples: int, sample_chunk: int = SAMPLE_CHUNK, data_chunk: int = 4096
 ) -> Iterator[tuple[slice, slice, Tensor, dict, Any]]:
     """Yield ``(draw_slice, row_slice, f, latents, guide_trace)`` over chunks of draws and rows.
 
     ``f`` has shape ``(c, n, out)``; ``latents`` is the likelihood's dict (e.g. ``sigma2`` ``(c, 1)``).
     """
-    model, guide = result.model, result.guide
-    # One seed per draw chunk, fixed up front: the draws do not depend on how the rows are chunked.
-    chunk_seeds = torch.randint(0, 2**62, (len(range(0, num_samples, sample_chunk)),)).tolist()
+    model = result.model
     with torch.no_grad(), result.activate():
-        for s, chunk_seed in zip(_chunks(num_samples, sample_chunk), chunk_seeds):
+        for s, _, gtr in _draw_traces(result, x, num_samples, sample_chunk):
             c = s.stop - s.start
-            gtr = _guide_trace(guide, c, x[: min(len(x), 2)], chunk_seed)
             for r in _chunks(x.shape[0], data_chunk):
                 with pyro.plate("_num_draws", c, dim=-2):
                     mtr = poutine.trace(poutine.replay(model, trace=gtr)).get_trace(x[r], None)
@@ -176,7 +211,7 @@ def predict(
     x: Tensor,
     *,
     num_samples: int = 100,
-    sample_chunk: int = 50,
+    sample_chunk: int = SAMPLE_CHUNK,
     data_chunk: int = 4096,
     keep_draws: bool = True,
     return_samples: bool = False,
@@ -288,65 +323,116 @@ def log_likelihood(
     y: Tensor,
     *,
     num_samples: int = 100,
-    sample_chunk: int = 50,
+    sample_chunk: int = SAMPLE_CHUNK,
     data_chunk: int = 4096,
     seed: int | None = None,
 ) -> Tensor:
-    """Pointwise ``log p(y_n | θ_s)`` of shape ``(S, N)`` (original target scale for regression)."""
+    """Pointwise ``log p(y_n | θ_s)`` of shape ``(S, N)`` (original target scale for regression).
+
+    ``θ_s`` is draw ``s`` of :func:`posterior_samples` with the same ``seed``, ``num_samples`` and
+    ``sample_chunk``.  A model with per-row local latents that defines ``marginal_log_likelihood`` (module
+    docstring) has them integrated out, so the value of a row does not depend on the other rows."""
     x = _check_x(result, x)
     check_tensor("y", y, ndim=(1, 2))
     if y.shape[0] != x.shape[0]:
         raise ValueError(f"y has {y.shape[0]} rows but x has {x.shape[0]}")
     check_same_device(result.device, y=y)
+    num_samples = check_positive_int("num_samples", num_samples)
+    sample_chunk = check_positive_int("sample_chunk", sample_chunk)
+    data_chunk = check_positive_int("data_chunk", data_chunk)
     if y.is_floating_point() and y.dtype != x.dtype:
         y = y.to(x.dtype)
     _ready(result)
     lik = result.model.likelihood
     mu, sd = _target_scale(result)
+    regression = lik.task == "regression"
+    y_model = (y - mu) / sd if regression else y
+    jacobian = lik.out_features * math.log(sd) if regression else 0.0
     out = torch.empty((num_samples, x.shape[0]), dtype=x.dtype, device=x.device)
+    marginal = getattr(result.model, "marginal_log_likelihood", None)
     with _seeded(seed):
+        if marginal is not None:
+            with torch.no_grad(), result.activate():
+                for s, chunk_seed, gtr in _draw_traces(result, x, num_samples, sample_chunk):
+                    for r in _chunks(x.shape[0], data_chunk):
+                        ll = marginal(gtr, s.stop - s.start, x[r], y_model[r], chunk_seed)
+                        out[s, r] = ll.to(out.dtype) - jacobian
+            return out
         for s, r, f, latents, _ in iter_draws(result, x, num_samples, sample_chunk, data_chunk):
-            if lik.task == "regression":
-                yr = (y[r] - mu) / sd
-                ll = lik.log_likelihood(f, yr, latents) - lik.out_features * math.log(sd)
-            else:
-                ll = lik.log_likelihood(f, y[r], latents)
-            out[s, r] = ll
+            out[s, r] = lik.log_likelihood(f, y_model[r], latents) - jacobian
     return out
+
+
+def predictive_samples(
+    result: Any,
+    x: Tensor,
+    *,
+    num_samples: int = 100,
+    sample_chunk: int = SAMPLE_CHUNK,
+    data_chunk: int = 4096,
+    seed: int | None = None,
+) -> Tensor:
+    """Joint draws of ``y`` at ``x``, ``(S, N)`` (``(S, N, k)`` for ``k`` regression outputs; class labels
+    for classification; the original target scale): draw ``s`` comes from the model under the parameter
+    draw ``s`` of :func:`posterior_samples` and :func:`log_likelihood` with the same ``seed``,
+    ``num_samples`` and ``sample_chunk``.  A guide's own ``predictive`` is not used (it may make its own
+    draws); per-row local latents, if the model has any, are drawn from the model given the draw."""
+    x = _check_x(result, x)
+    num_samples = check_positive_int("num_samples", num_samples)
+    draws = (num_samples, check_positive_int("sample_chunk", sample_chunk))
+    draws += (check_positive_int("data_chunk", data_chunk),)
+    if seed is not None:
+        check_seed("seed", seed)
+    _ready(result)
+    with _seeded(seed):
+        if result.model.likelihood.task == "regression":
+            pred = _predict_regression(result, x, draws, False, True, *_target_scale(result))
+        else:
+            pred = _predict_classes(result, x, draws, False, True)
+    return pred.samples
+
+
+def _latent_sites(gtr, c: int) -> Iterator[tuple[str, Tensor]]:
+    """``(site, (c, *site_shape))`` for every latent site of a guide trace of ``c`` vectorized draws."""
+    for name, site in gtr.nodes.items():
+        if (
+            site["type"] != "sample"
+            or site["is_observed"]
+            or name.startswith("_")
+            or site["infer"].get("is_auxiliary")
+            or site_is_subsample(site)  # a plate's subsample indices
+        ):
+            continue
+        v = site["value"]
+        event_dim = site["fn"].event_dim
+        yield (
+            name,
+            (v.reshape(c, *v.shape[v.dim() - event_dim :]) if v.dim() > event_dim else v.expand(c, *v.shape)),
+        )
 
 
 def posterior_samples(
     result: Any,
     num_samples: int = 100,
     *,
-    sample_chunk: int = 100,
+    sample_chunk: int = SAMPLE_CHUNK,
     seed: int | None = None,
     x: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """Draws of every latent site of the guide: ``{site: (S, *site_shape)}`` (particle dims squeezed)."""
+    """Draws of every latent site of the guide: ``{site: (S, *site_shape)}`` (particle dims squeezed).
+
+    Draw ``s`` is the parameter draw behind draw ``s`` of :func:`log_likelihood`, :func:`predictive_samples`
+    and the generic path of :func:`predict` with the same ``seed``, ``num_samples`` and ``sample_chunk``
+    (module docstring).  ``x``: inputs to run the guide at (its first two rows; default zeros)."""
     num_samples = check_positive_int("num_samples", num_samples)
+    sample_chunk = check_positive_int("sample_chunk", sample_chunk)
+    if seed is not None:
+        check_seed("seed", seed)
     _ready(result)
-    xs = x if x is not None else torch.zeros(1, result.model.architecture.in_features, device=result.device)
+    xs = x if x is not None else torch.zeros(2, result.model.architecture.in_features, device=result.device)
     out: dict[str, list[Tensor]] = {}
     with _seeded(seed), torch.no_grad(), result.activate():
-        for s in _chunks(num_samples, sample_chunk):
-            c = s.stop - s.start
-            gtr = _guide_trace(result.guide, c, xs)
-            for name, site in gtr.nodes.items():
-                if (
-                    site["type"] != "sample"
-                    or site["is_observed"]
-                    or name.startswith("_")
-                    or site["infer"].get("is_auxiliary")
-                    or site_is_subsample(site)  # a plate's subsample indices
-                ):
-                    continue
-                v = site["value"]
-                event_dim = site["fn"].event_dim
-                v = (
-                    v.reshape(c, *v.shape[v.dim() - event_dim :])
-                    if v.dim() > event_dim
-                    else v.expand(c, *v.shape)
-                )
+        for s, _, gtr in _draw_traces(result, xs, num_samples, sample_chunk):
+            for name, v in _latent_sites(gtr, s.stop - s.start):
                 out.setdefault(name, []).append(v)
     return {k: torch.cat(v, 0) for k, v in out.items()}

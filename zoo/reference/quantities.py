@@ -29,7 +29,7 @@ import torch
 from pyro import poutine
 
 from zoo.eval.scores import shrinkage_factors
-from zoo.infer.predict import _guide_trace, posterior_samples, predict
+from zoo.infer.predict import _guide_trace, _latent_sites, _ready, predict
 
 __all__ = ["predictive_draws", "unit_norms", "shrinkage_draws", "hidden_weight_specs"]
 
@@ -72,6 +72,16 @@ def _prior_params(result: Any, num_draws: int, seed: int) -> dict[str, torch.Ten
             return poutine.replay(model.prior.sample_params, trace=gtr)(model.specs)
 
 
+def _guide_draws(result: Any, num_draws: int, seed: int) -> dict[str, torch.Tensor]:
+    """``{site: (S, ...)}``: one vectorized guide call of ``num_draws`` draws seeded by ``seed`` (the draws
+    the committed scoreboard rows were scored on; :func:`zoo.infer.predict.posterior_samples` seeds its
+    chunks from ``seed`` instead)."""
+    _ready(result)
+    x = torch.zeros(1, result.model.architecture.in_features, device=result.device)
+    with torch.no_grad(), result.activate():
+        return dict(_latent_sites(_guide_trace(result.guide, num_draws, x, seed), num_draws))
+
+
 def unit_norms(result: Any, num_draws: int, seed: int = 0) -> dict[str, np.ndarray]:
     """``{"fc0": (S, K0), ...}``: per hidden layer, the sorted norms of the units' incoming weights."""
     specs = hidden_weight_specs(result.model)
@@ -100,7 +110,7 @@ def shrinkage_draws(
     ``<layer>.v2``, and ``hs.c2`` when regularized), the sorted shrinkage factors; ``{}`` for other priors.
     ``samples``: draws ``{site: (S, ...)}`` to use instead of drawing from the guide."""
     if samples is None:
-        samples = posterior_samples(result, num_samples=num_draws, sample_chunk=num_draws, seed=seed)
+        samples = _guide_draws(result, num_draws, seed)
     out = {}
     c2 = samples.get("hs.c2")
     for spec in hidden_weight_specs(result.model):

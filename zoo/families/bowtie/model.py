@@ -30,11 +30,13 @@ are left as ``None``: ``s_0 = sqrt(|intercept|)``, ``beta_0 = min(Var(residuals)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro import poutine
 from torch import Tensor
 
 from zoo.core.architectures import MLP, align_particles
@@ -44,7 +46,19 @@ from zoo.core.validation import check_positive
 from zoo.distributions import PolyaGamma, log_cosh, polya_gamma_mean
 from zoo.families.bowtie.prior import BowtieNoisePrior, GaussianBowtiePrior, NGIGPrior
 
-__all__ = ["BowtieModel", "PolyaGamma1", "log_cosh_half", "pg_mean"]
+__all__ = [
+    "BowtieModel",
+    "MARGINAL_DRAWS",
+    "PolyaGamma1",
+    "log_cosh_half",
+    "marginal_log_likelihood",
+    "pg_mean",
+]
+
+#: inner Monte Carlo draws of the local latents per (posterior draw, row) in :func:`marginal_log_likelihood`
+MARGINAL_DRAWS = 128
+#: numbers per working tensor of :func:`marginal_log_likelihood` (rows are taken in chunks below it)
+_WORK = 2**22
 
 
 def log_cosh_half(a: Tensor) -> Tensor:
@@ -163,10 +177,14 @@ class BowtieModel(BayesianModel):
         return out
 
     # ------------------------------------------------------------------ the Pyro model
-    def forward(self, x: Tensor, y: Tensor | None = None, subsample: Tensor | None = None) -> Tensor:
+    def _sample_globals(self) -> tuple[dict[str, Tensor], list[Tensor], dict[str, Tensor]]:
+        """The global sites, in the model's order: weights with their scales, ``eta^2_l``, ``sigma2``."""
         params = self.prior.sample_params(self._specs)
         eta2 = self.hidden_noise.sample(self.architecture.hidden)
-        latents = self.likelihood.sample_latents()
+        return params, eta2, self.likelihood.sample_latents()
+
+    def forward(self, x: Tensor, y: Tensor | None = None, subsample: Tensor | None = None) -> Tensor:
+        params, eta2, latents = self._sample_globals()
         arch = self.architecture
         temp = self.temperature
         with pyro.plate("data", x.shape[0], subsample=subsample, device=x.device) as idx:
@@ -187,3 +205,107 @@ class BowtieModel(BayesianModel):
             pyro.deterministic("f", f, event_dim=1)
             self.likelihood.observe(f, yb, latents)
         return f
+
+    # ------------------------------------------------------------------ pointwise likelihood
+    @torch.no_grad()
+    def marginal_log_likelihood(
+        self,
+        guide_trace,
+        num_particles: int,
+        x: Tensor,
+        y: Tensor,
+        seed: int,
+        num_inner: int = MARGINAL_DRAWS,
+    ) -> Tensor:
+        """``log p(y_n | theta_s)`` of shape ``(num_particles, N)``: the local latents integrated out
+        (:func:`marginal_log_likelihood`, Rao-Blackwellized Monte Carlo with
+        ``num_inner`` draws of common random numbers seeded by ``seed``).  ``theta_s`` are the global sites
+        of ``guide_trace`` (``num_particles`` draws under a particle plate at dim -2), ``y`` is on the
+        model's (standardized) scale."""
+        with pyro.plate("_num_draws", num_particles, dim=-2):
+            params, eta2, latents = poutine.block(poutine.replay(self._sample_globals, trace=guide_trace))()
+        return marginal_log_likelihood(
+            self, params, eta2, latents["sigma2"], num_particles, x, y, seed, num_inner
+        )
+
+
+def _per_draw(t: Tensor, c: int, shape: tuple[int, ...]) -> Tensor:
+    """A global site's value as ``(c, *shape)`` (particle dims flattened; one shared draw expanded)."""
+    t = t.reshape(-1, *shape)
+    return t.expand(c, *shape) if t.shape[0] == 1 else t
+
+
+def marginal_log_likelihood(
+    model: BowtieModel,
+    params: dict[str, Tensor],
+    eta2: list[Tensor],
+    sigma2: Tensor,
+    c: int,
+    x: Tensor,
+    y: Tensor,
+    seed: int,
+    num_inner: int = MARGINAL_DRAWS,
+) -> Tensor:
+    """``log p(y_n | theta_s)`` ``(c, N)`` of the bow-tie model with the per-row locals integrated out.
+
+    ``theta_s`` are the globals of draw ``s`` (weights, ``eta^2_l``, ``sigma2``); each row's locals
+    ``gamma_l``, ``omega_l``, ``a_l`` are integrated against their conditional prior (Sheinkman & Wade 2025,
+    arXiv:2411.11132, §2.1, Eqs. 1–4; ``omega`` is an ignorable child of the §2.4 augmentation and integrates
+    to one).  There is no closed form (the gates make ``p(y | theta)`` a mixture over ``2^(sum_l D_l)`` gate
+    patterns), so:
+
+    * the last hidden layer's activations are integrated exactly given its gates: with
+      ``a_L ~ N(gamma_L * z_L, diag(eta^2_L))`` and ``y ~ N(W_{L+1} a_L + b_{L+1}, sigma2 I)``,
+      ``y | gamma_L, z_L ~ N(W_{L+1} (gamma_L * z_L) + b_{L+1}, W_{L+1} diag(eta^2_L) W_{L+1}^T + sigma2 I)``;
+    * the gates ``gamma_l ~ Bern(sigmoid(z_l / T))`` (Eq. 2) and the earlier layers' activations ``a_l``
+      are drawn ``num_inner`` times: ``log p(y_n | theta_s) ~= log (1/K) sum_k p(y_n | gamma^(k), a^(k))``.
+
+    The inner draws are *common random numbers*: uniforms ``u`` (``gamma = 1[u < sigmoid(z/T)]``) and
+    normals of shape ``(c, num_inner, D_l)`` from a generator seeded by ``seed`` and shared by every row, so
+    a row's value depends only on the row, ``theta_s`` and ``seed`` (identical for duplicated rows, alone or
+    in a batch).  The estimate is consistent in ``num_inner``, biased downward (Jensen) by about half the
+    squared relative Monte Carlo error of the inner average.  Measured on a 10-unit fit on diabetes (398
+    rows, 40 draws) against 4096 inner draws: 128 draws (the default) are off by 0.0017 nats rms and
+    0.025 at most.  Cost: ``O(S K N D_l)`` per layer, times ``D_{l-1}`` after the first."""
+    nh, temp = model.num_hidden, float(model.temperature)
+    widths = model.widths
+    f64 = torch.float64
+    gen = torch.Generator(device=x.device).manual_seed(int(seed))
+    u = [
+        torch.rand((c, num_inner, 1, widths[k + 1]), generator=gen, device=x.device, dtype=f64)
+        for k in range(nh)
+    ]
+    eps = [
+        torch.randn((c, num_inner, 1, widths[k + 1]), generator=gen, device=x.device, dtype=f64)
+        for k in range(nh - 1)
+    ]
+    w = [_per_draw(params[f"fc{k}.weight"], c, (widths[k + 1], widths[k])).to(f64) for k in range(nh + 1)]
+    b = [_per_draw(params[f"fc{k}.bias"], c, (widths[k + 1],)).to(f64) for k in range(nh + 1)]
+    sd = [_per_draw(eta2[k], c, (widths[k + 1],)).to(f64).sqrt() for k in range(nh)]
+    d_out = widths[-1]
+    s2 = sigma2.to(f64).reshape(c, -1).expand(c, d_out)
+    cov = torch.diag_embed(s2)
+    if nh:  # the last hidden layer's activation noise, pushed through the output weights
+        cov = cov + (w[nh] * sd[nh - 1].pow(2).unsqueeze(1)) @ w[nh].transpose(-1, -2)
+    out_dist = (
+        (lambda mean: dist.Normal(mean[..., 0], cov[:, None, None, 0, 0].sqrt()))
+        if d_out == 1
+        else (lambda mean: dist.MultivariateNormal(mean, cov[:, None, None]))
+    )
+    yy = (y if y.dim() == 2 else y.unsqueeze(-1)).to(f64)
+    k_inner = num_inner if nh else 1
+    rows = max(1, _WORK // (c * k_inner * max(widths)))
+    out = torch.empty((c, x.shape[0]), dtype=f64, device=x.device)
+    for start in range(0, x.shape[0], rows):
+        r = slice(start, start + rows)
+        h = x[r].to(f64)[None, None]  # (1, 1, n, D_0)
+        for k in range(nh):
+            z = h @ w[k][:, None].transpose(-1, -2) + b[k][:, None, None]
+            h = (u[k] < torch.sigmoid(z / temp)).to(f64) * z
+            if k < nh - 1:
+                h = h + sd[k][:, None, None] * eps[k]
+        mean = h @ w[nh][:, None].transpose(-1, -2) + b[nh][:, None, None]  # (c, K, n, D_out)
+        target = yy[r][None, None]
+        lp = out_dist(mean).log_prob(target[..., 0] if d_out == 1 else target)
+        out[:, r] = torch.logsumexp(lp, 1) - math.log(lp.shape[1])
+    return out
