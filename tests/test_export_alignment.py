@@ -6,6 +6,8 @@ on the wrong scale warn, the likelihood is named in the attributes, and the post
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import warnings
 
@@ -217,6 +219,20 @@ def test_bowtie_pointwise_likelihood_integrates_the_locals_out(bowtie_fit):
             assert abs(float(ll[s, n]) - want) <= tol, (s, n, float(ll[s, n]), want, tol)
 
 
+@contextlib.contextmanager
+def caplog_warning():
+    """The WARNING records of zoo.eval.diagnostics within the block."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    log = logging.getLogger("zoo.eval.diagnostics")
+    log.addHandler(handler)
+    try:
+        yield records
+    finally:
+        log.removeHandler(handler)
+
+
 def test_bowtie_export_draws_the_predictive_under_the_posterior_draws(bowtie_fit):
     from zoo.infer.predict import predictive_samples
 
@@ -229,6 +245,14 @@ def test_bowtie_export_draws_the_predictive_under_the_posterior_draws(bowtie_fit
         predictive_samples(res, x, num_samples=40, seed=0),
         check_dtype=False,
     )
+    # beyond the budget of rows x draws the Monte Carlo pointwise likelihood is left out, saying so
+    with caplog_warning() as records:
+        big = to_inference_data(res, num_samples=40, train=(x, y), seed=0, max_marginal_values=40 * 80 - 1)
+    assert "log_likelihood" not in big.groups() and "posterior_predictive" in big.groups()
+    assert "max_marginal_values=3199" in big.posterior_predictive.attrs["log_likelihood"]
+    assert any("log_likelihood left out" in r.getMessage() for r in records)
+    with pytest.raises(ValueError, match="max_marginal_values"):
+        to_inference_data(res, num_samples=4, train=(x, y), max_marginal_values=0)
 
 
 # ------------------------------------------------------------------------ NUTS, target units, likelihood

@@ -44,6 +44,7 @@ VI is judged by the ELBO trace and by agreement across seeds (fits from several 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -74,6 +75,8 @@ __all__ = [
     "iid_mcse_mean",
     "iid_mcse_sd",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 def _layers(fit: FitResult) -> dict[str, tuple[int, int]]:
@@ -233,19 +236,33 @@ def _pair_groups(fit, x, y, site: str, draws: tuple[int, int | None], inputs: bo
     return out
 
 
-def _train_groups(fit, data, site: str, draws: tuple[int, int | None], inputs: bool) -> dict[str, xr.Dataset]:
+def _train_groups(
+    fit, data, site: str, draws: tuple[int, int | None], inputs: bool, max_marginal: int
+) -> dict[str, xr.Dataset]:
     """The groups of the data the fit saw: ``posterior_predictive``, ``observed_data`` and ``log_likelihood``
-    (named as the observed site), ``constant_data`` (``x``)."""
+    (named as the observed site), ``constant_data`` (``x``).  For a model that integrates per-row latents
+    out by Monte Carlo (``marginal_log_likelihood``), ``log_likelihood`` is left out beyond ``max_marginal``
+    (rows x draws), with a warning and a ``posterior_predictive`` attribute saying so."""
     x, y = data
     g = _pair_groups(fit, x, y, site, draws, inputs)
     check_target_units("train", fit, g["targets"]["y"], g["draws"][site])
-    ll = log_likelihood(fit, x, y, num_samples=draws[0], seed=draws[1])
     groups = {
         "posterior_predictive": _draws(g["draws"], g["dims"]),
         "observed_data": _data({site: g["targets"]["y"]}, {site: g["dims"]["y"]}),
-        "log_likelihood": _draws({site: ll.cpu().numpy()[None]}, {site: ["obs_id"]}),
     }
-    groups["log_likelihood"].attrs.update(_pointwise_attrs(fit))
+    marginal = callable(getattr(fit.model, "marginal_log_likelihood", None))
+    if marginal and x.shape[0] * draws[0] > max_marginal:
+        why = (
+            f"log_likelihood left out: {type(fit.model).__name__} integrates its per-row latents out by "
+            f"Monte Carlo, and {x.shape[0]} rows x {draws[0]} draws exceed "
+            f"max_marginal_values={max_marginal} (pass a larger one, or fewer num_samples, to export it)"
+        )
+        logger.warning(why)
+        groups["posterior_predictive"].attrs["log_likelihood"] = why
+    else:
+        ll = log_likelihood(fit, x, y, num_samples=draws[0], seed=draws[1])
+        groups["log_likelihood"] = _draws({site: ll.cpu().numpy()[None]}, {site: ["obs_id"]})
+        groups["log_likelihood"].attrs.update(_pointwise_attrs(fit))
     if g["inputs"]:
         groups["constant_data"] = _data(g["inputs"], g["dims"])
     return groups
@@ -286,6 +303,7 @@ def to_inference_data(
     max_weight_params: int = 50_000,
     max_input_values: int = 100_000,
     seed: int | None = 0,
+    max_marginal_values: int = 250_000,
 ) -> az.InferenceData:
     """Export a :class:`~zoo.infer.result.FitResult` to ``arviz.InferenceData`` (see module docstring).
 
@@ -309,6 +327,10 @@ def to_inference_data(
     :param include_weights: export weight/bias sites; default only when the network has at most
         ``max_weight_params`` parameters (hyperparameters and scales are always exported).
     :param max_input_values: inputs are stored only up to this many numbers.
+    :param max_marginal_values: for a model whose pointwise likelihood integrates per-row latents out by
+        Monte Carlo (the bow-tie's ``marginal_log_likelihood``, ~0.1-0.3 ms per row and draw on a CPU core),
+        ``log_likelihood`` is exported only up to this many training rows x draws (else left out, with a
+        warning and a ``posterior_predictive`` attribute saying so).
     :param seed: draw ``s`` is the same parameter draw in every group (``posterior``, ``log_likelihood``,
         ``posterior_predictive``, ``predictions``): all come from the seeding scheme of
         :mod:`zoo.infer.predict` with this seed, whatever the guide (a guide's own ``predictive``, which
@@ -326,7 +348,10 @@ def to_inference_data(
     site = _observed_site(fit, *probe) if probe[0] is not None else "obs"
     draws = (num_samples, seed)
     if train is not None:
-        groups.update(_train_groups(fit, train, site, draws, train[0].numel() <= max_input_values))
+        max_marginal = check_positive_int("max_marginal_values", max_marginal_values)
+        groups.update(
+            _train_groups(fit, train, site, draws, train[0].numel() <= max_input_values, max_marginal)
+        )
     if x is not None:
         groups.update(_new_data_groups(fit, x, y, site, draws, x.numel() <= max_input_values))
     groups["posterior"].attrs.update(_fit_attrs(fit, num_samples))
