@@ -1,6 +1,7 @@
-"""NUTS references on UCI yacht and boston: the ``nuts`` rows of the ``mfvi-uci`` protocol (paper 000's HMC
+"""NUTS references on UCI yacht and boston: the ``nuts`` rows of the ``mfvi-uci`` protocol (Sheinkman &
+Wade's (2025) HMC
 model, Sheinkman & Wade 2025, arXiv:2411.11132, App. D.2) and of ``hs-uci`` (the non-centered hs-bnn), next
-to paper 000's HMC row (Table 4).  Writes ``benchmarks/results/nuts-uci.json`` and ``.md``.
+to Sheinkman & Wade's (2025) HMC row (Table 4).  Writes ``benchmarks/results/nuts-uci.json`` and ``.md``.
 
 Each protocol runs through :func:`zoo.experiments.reproduce.run_protocol` (journaled, resumable, ``--merge``
 keeps earlier splits) with the NUTS budget given here as a ``fit_options`` override; the chains of a fit run
@@ -29,7 +30,7 @@ from zoo.experiments.runs import dumps_json
 from zoo.io import atomic_write_text
 
 RESULTS = Path(__file__).parent / "results"
-PAPER = {  # paper 000, Table 4, HMC row (1 hidden layer of 50, 10 random 90/10 splits)
+PAPER = {  # Sheinkman & Wade (2025), Table 4, HMC row (1 hidden layer of 50, 10 random 90/10 splits)
     "uci:yacht": {"rmse": 0.56, "nll": 0.87, "coverage95": 0.98},
     "uci:bostonHousing": {"rmse": 2.42, "nll": 2.28, "coverage95": 0.96},
 }
@@ -140,7 +141,7 @@ def _markdown(doc: dict) -> str:
             + " | ".join(cells)
             + f" | {r['cpu_seconds']} |"
         )
-    lines += ["", "## Mean ± sd over splits, next to paper 000's HMC row", ""]
+    lines += ["", "## Mean ± sd over splits, next to Sheinkman & Wade's (2025) HMC row", ""]
     lines.append(
         "| model | dataset | splits | rmse | nll | coverage95 | max R-hat | pred R-hat | paper HMC |"
     )
@@ -203,9 +204,11 @@ def main(argv: list[str] | None = None) -> int:
             "NUTS (Pyro, JIT-compiled potential, diagonal mass matrix) on the zoo's own models, one hidden "
             f"layer of 50 ReLU units, HL&A standard splits; {a.chains} chains x ({a.warmup} warm-up + "
             f"{a.samples} draws), tree depth <= {a.max_tree_depth}; metrics on the original scale averaging "
-            "every draw. mfvi-bnn = paper 000's HMC model (hierarchical_scale: W ~ N(0, gamma/sqrt(fan_in)), "
+            "every draw. mfvi-bnn = Sheinkman & Wade's (2025) HMC model (hierarchical_scale: W ~ N(0, "
+            "gamma/sqrt(fan_in)), "
             "gamma ~ IG(2,1), noise variance ~ IG(2, 0.5)); hs-bnn = the non-centered horseshoe BNN of "
-            "paper 004 with the registry's default priors (noise precision ~ Gamma(1, 0.01), not the "
+            "Ghosh et al. (2019) with the registry's default priors (noise precision ~ Gamma(1, 0.01), not "
+            "the "
             "Gamma(6, 6) of hs-uci's variational rows)."
         ),
         "summary": _summary(rows),

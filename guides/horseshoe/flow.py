@@ -1,5 +1,5 @@
-"""The z-flow of paper 003 (Skaaret-Lund, Storvik & Hubin 2023, arXiv:2305.03395 §3.2, Eqs. 5-11) on the
-node-wise horseshoe BNN of paper 004 (Ghosh, Yao & Doshi-Velez 2019, arXiv:1705.10388)."""
+"""The z-flow of Skaaret-Lund, Storvik & Hubin (2023, arXiv:2305.03395 §3.2, Eqs. 5-11) on the
+node-wise horseshoe BNN of Ghosh, Yao & Doshi-Velez (2019, arXiv:1705.10388)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,20 @@ __all__ = ["HorseshoeFlowGuide"]
 
 
 class HorseshoeFlowGuide(ZFlowMixin, HorseshoeGuide):
-    """The z-flow (Eqs. 5-11 of paper 003) on the node-wise horseshoe BNN of paper 004: a prior × guide
+    """The z-flow (Eqs. 5-11 of Skaaret-Lund et al. (2023)) on the node-wise horseshoe BNN of Ghosh et al.
+    (2019): a prior × guide
     combination none of the anchors offer.
 
     The non-centered weights ``β_l`` (unit rows ``(K, F)``: the ``in`` weights, then the bias) get the MNF
     family ``q(β_kj | z) = N(z_j μ_kj, σ_kj²)`` with one ``z ∈ R^in`` per layer from a ``K``-step IAF
     (bias column: ``z = 1``), and the reverse model ``r(z | β)`` of Eq. (11) evaluated on the sampled
-    weight part of ``β``.  The scales (``τ_kl``, ``v_l``, ``κ``, ``c``) keep paper 004's log-normal factors
+    weight part of ``β``.  The scales (``τ_kl``, ``v_l``, ``κ``, ``c``) keep Ghosh et al.'s (2019)
+    log-normal factors
     and the closed-form inverse-gamma auxiliary updates (Eq. 9, Algorithm 1) of
     :class:`guides.horseshoe.factorized.HorseshoeGuide` after each gradient step.
 
-    The objective is the auxiliary bound (Eqs. 9-10) by Monte Carlo under ``Trace_ELBO``: paper 004's
+    The objective is the auxiliary bound (Eqs. 9-10) by Monte Carlo under ``Trace_ELBO``: Ghosh et al.'s
+    (2019)
     local-reparameterization ELBO with analytic prior/entropy terms (§4.2, App. A.2) assumes a Gaussian
     ``q(β)`` and is refused here (``supports_lrt = False``: :class:`guides.horseshoe.lrt.HorseshoeLRTELBO`,
     ``lrt_forward`` and ``expected_log_prior_plus_entropy`` raise ``ValueError``).

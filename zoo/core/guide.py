@@ -15,7 +15,7 @@ A guide takes part in closed-form updates by subclassing :class:`ClosedFormGuide
   (full-batch CAVI is the special case of the one training loop).
 
 Hybrid guides (gradient steps for some factors, closed form for others, e.g. the horseshoe's
-inverse-gamma auxiliaries, paper 004 Algorithm 1) keep ``uses_gradients = True``.
+inverse-gamma auxiliaries, Ghosh et al. (2019) Algorithm 1) keep ``uses_gradients = True``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """One sparsity-report API shared by every pruning family.
 
 A guide (or model) that can prune implements ``sparsity_report(model) -> SparsityReport``: bow-tie
-Bayesian-FDR pruning (paper 000 §3.4), horseshoe unit pruning (paper 004 §4.3), LBBNN median-probability
-model (paper 001 §4.3).  ``zoo fit`` writes ``density`` from it; tutorials draw ``masks``.
+Bayesian-FDR pruning (Sheinkman & Wade (2025) §3.4), horseshoe unit pruning (Ghosh et al. (2019) §4.3),
+LBBNN median-probability
+model (Hubin & Storvik (2019) §4.3).  ``zoo fit`` writes ``density`` from it; tutorials draw ``masks``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Distributions for the bow-tie / N-GIG models of paper 000 (Sheinkman & Wade).
+"""Distributions for the bow-tie / N-GIG models of Sheinkman & Wade (2025) (Sheinkman & Wade).
 
 * :class:`PolyaGamma` -- PG(b, c) (Sec. 2.3, Eqs. (8)-(9), (17)) with closed-form, c -> 0-safe moments.
 * :class:`GeneralizedInverseGaussian` -- GIG(nu, delta, lam) in the App. E.1 parameterization

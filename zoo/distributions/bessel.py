@@ -1,4 +1,5 @@
-r"""Log-space modified Bessel function :math:`K_\nu` for torch, stable at any real order (paper 000 App. E.1).
+r"""Log-space modified Bessel function :math:`K_\nu` for torch, stable at any real order (Sheinkman & Wade
+(2025) App. E.1).
 
 Sheinkman & Wade 2025 (arXiv 2411.11132): the GIG moments of Eqs. (13)-(14) are ratios and order-derivatives
 of :math:`K_\nu` at orders like :math:`\hat\nu \approx -1250`.  These front ends evaluate the float64
@@ -114,7 +115,8 @@ def log_bessel_k(nu: float | torch.Tensor, x: float | torch.Tensor) -> torch.Ten
 def bessel_k_ratio(nu: float | torch.Tensor, x: float | torch.Tensor) -> torch.Tensor:
     r""":math:`K_{\nu+1}(x) / K_\nu(x)`, finite and accurate for any real order (e.g. :math:`\nu = -1250`).
 
-    The Bessel ratio behind every GIG moment in paper 000 App. E.1 (and the Gamma-prior EM step, App. E.2).
+    The Bessel ratio behind every GIG moment in Sheinkman & Wade (2025) App. E.1 (and the Gamma-prior EM
+    step, App. E.2).
     Computed as ``exp(log_bessel_k_ratio(nu, x))``; differentiable (first order) in both arguments.
     """
     (nu_t, x_t), _, _ = _as_tensors(nu, x)

@@ -1,4 +1,5 @@
-r"""Float64 numpy kernels of the modified Bessel function :math:`K_\nu` for the GIG code of paper 000.
+r"""Float64 numpy kernels of the modified Bessel function :math:`K_\nu` for the GIG code of Sheinkman &
+Wade (2025).
 
 Sheinkman & Wade 2025 (arXiv 2411.11132), App. E.1: every GIG moment used by CAVI (Eqs. (13)-(14)) is a ratio
 or an order-derivative of :math:`K_\nu`, at orders down to :math:`\hat\nu \approx -1250` (Eq. (13)) where

@@ -1,6 +1,6 @@
 r"""Generalized inverse Gaussian distribution and stable modified-Bessel-K numerics.
 
-Parameterization (paper 000, App. E.1, used by Eqs. (6), (7), (13), (14))
+Parameterization (Sheinkman & Wade (2025), App. E.1, used by Eqs. (6), (7), (13), (14))
 -------------------------------------------------------------------------
 ``GeneralizedInverseGaussian(nu, delta, lam)`` has density, for :math:`x > 0`,
 
@@ -20,7 +20,7 @@ Bessel function of the second kind.  In the common :math:`(p, a, b)` form this i
 * ``lam == 0`` (needs ``nu < 0``, ``delta > 0``): InverseGamma(shape ``-nu``, scale ``delta**2 / 2``) -- the
   Student-t column of Table 1, and every q(tau), q(psi) of the paper's experiments.
 
-Moments used by CAVI (paper 000 App. E.1; :mod:`zoo.distributions.gig_moments`), with
+Moments used by CAVI (Sheinkman & Wade (2025) App. E.1; :mod:`zoo.distributions.gig_moments`), with
 :math:`z = \lambda\delta`, :math:`R_\nu(z) = K_{\nu+1}(z) / K_\nu(z)`:
 
 * :math:`E[x] = (\delta/\lambda) R_\nu(z)`,
@@ -91,7 +91,8 @@ __all__ = [
 
 
 class GeneralizedInverseGaussian(TorchDistribution):
-    r"""GIG(nu, delta, lam) in the parameterization of paper 000, App. E.1 (priors Eqs. (6)-(7), posteriors
+    r"""GIG(nu, delta, lam) in the parameterization of Sheinkman & Wade (2025), App. E.1 (priors Eqs.
+    (6)-(7), posteriors
     (13)-(14)).
 
     .. math::

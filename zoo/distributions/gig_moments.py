@@ -1,4 +1,4 @@
-r"""Closed-form moments of the generalized inverse Gaussian of paper 000 (Sheinkman & Wade 2025, arXiv
+r"""Closed-form moments of the generalized inverse Gaussian of Sheinkman & Wade (2025, arXiv
 2411.11132, App. E.1), used by the CAVI updates of Eqs. (13)-(14).
 
 With :math:`z = \lambda\delta` and :math:`R_\nu(z) = K_{\nu+1}(z) / K_\nu(z)`: :math:`E[x] = (\delta/\lambda)

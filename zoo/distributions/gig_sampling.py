@@ -1,4 +1,4 @@
-r"""Sampling the generalized inverse Gaussian of paper 000 (Sheinkman & Wade 2025, arXiv 2411.11132).
+r"""Sampling the generalized inverse Gaussian of Sheinkman & Wade (2025, arXiv 2411.11132).
 
 Devroye's (2014) rejection algorithm for the log-concave density of :math:`\log x` ("Random variate generation
 for the generalized inverse Gaussian distribution", Stat. Comput. 24:239-246), vectorized in torch: it runs on

@@ -1,4 +1,5 @@
-r"""Normal–GIG (N-GIG) shrinkage priors of paper 000 (Sec. 2.2, Eqs. (5)-(7), Table 1, App. E.1).
+r"""Normal–GIG (N-GIG) shrinkage priors of Sheinkman & Wade (2025) (Sec. 2.2, Eqs. (5)-(7), Table 1, App.
+E.1).
 
 A weight is a Gaussian scale mixture :math:`w \mid \psi \sim N(0, \tau\psi)`, :math:`\psi \sim
 \mathrm{GIG}(\nu, \delta, \lambda)` (Eq. (5)-(6); ``tau`` is the layer's global scale, held fixed as in Table

@@ -1,4 +1,4 @@
-r"""Pólya–Gamma distribution PG(b, c) (paper 000, Sec. 2.3, Eqs. (8)-(9), (17)).
+r"""Pólya–Gamma distribution PG(b, c) (Sheinkman & Wade (2025), Sec. 2.3, Eqs. (8)-(9), (17)).
 
 :math:`X \sim PG(b, c)` iff :math:`X \overset{D}{=} \frac{1}{2\pi^2}\sum_{k\ge1} \frac{g_k}{(k-1/2)^2 +
 c^2/(4\pi^2)}`, :math:`g_k \sim \mathrm{Gam}(b, 1)` i.i.d., with :math:`b > 0`, :math:`c \in \mathbb{R}`
@@ -78,7 +78,8 @@ def log_cosh(x: torch.Tensor) -> torch.Tensor:
 
 
 def polya_gamma_mean(b: float | torch.Tensor, c: float | torch.Tensor) -> torch.Tensor:
-    r""":math:`E[PG(b, c)] = \frac{b}{2c}\tanh(c/2)` (paper 000 Eq. (9)); equals :math:`b/4` at :math:`c = 0`.
+    r""":math:`E[PG(b, c)] = \frac{b}{2c}\tanh(c/2)` (Sheinkman & Wade (2025) Eq. (9)); equals :math:`b/4`
+    at :math:`c = 0`.
 
     Finite and smooth for every real ``c`` (series for :math:`|c| < 10^{-3}`); differentiable.  For the
     bow-tie CAVI (Eq. (17)), ``E[omega] = polya_gamma_mean(1, A)``.
@@ -329,7 +330,8 @@ class _PG0LogPdf(torch.autograd.Function):
 
 
 class PolyaGamma(TorchDistribution):
-    r"""Pólya–Gamma distribution PG(b, c), paper 000 Sec. 2.3 (Eqs. (8)-(9)); q(omega) = PG(1, A) in Eq. (17).
+    r"""Pólya–Gamma distribution PG(b, c), Sheinkman & Wade (2025) Sec. 2.3 (Eqs. (8)-(9)); q(omega) =
+    PG(1, A) in Eq. (17).
 
     Args:
         b: shape, ``b > 0`` (real; the bow-tie model uses ``b = 1``).

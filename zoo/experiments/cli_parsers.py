@@ -78,7 +78,8 @@ def add_fit_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="fit K members (seeds seed + 10007 i) and combine them with ELBO weights (paper 000 §3.6); "
+        help="fit K members (seeds seed + 10007 i) and combine them with ELBO weights (Sheinkman & Wade "
+        "(2025) §3.6); "
         "members go to DIR/member_i, the ensemble's metrics to DIR/metrics.json",
     )
     f.add_argument(

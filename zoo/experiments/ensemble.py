@@ -1,4 +1,4 @@
-"""Ensembles of K variational fits weighted by their ELBOs (paper 000 §3.6).
+"""Ensembles of K variational fits weighted by their ELBOs (Sheinkman & Wade (2025) §3.6).
 
 Any registry model can be ensembled: :func:`fit_ensemble` fits K members that differ only in their seed
 (member ``i`` uses ``seed + SEED_STRIDE * i``, so member 0 *is* the single fit with ``seed``), in-process
@@ -39,7 +39,7 @@ F64 = torch.float64
 
 
 def ensemble_weights(elbos: Sequence[float], zeta: float = 0.1) -> torch.Tensor:
-    """``w_k ∝ exp(zeta · ELBO_k)`` (paper 000 §3.6), computed stably; ``zeta >= 0``."""
+    """``w_k ∝ exp(zeta · ELBO_k)`` (Sheinkman & Wade (2025) §3.6), computed stably; ``zeta >= 0``."""
     if len(elbos) == 0:
         raise ValueError("elbos: need at least one member")
     if not (isinstance(zeta, (int, float)) and zeta >= 0 and zeta == zeta and zeta != float("inf")):

@@ -56,7 +56,8 @@ PROTOCOL_NUTS = {
     "max_tree_depth": 8,
     "jit_compile": True,
 }
-#: the UCI datasets of the ``nuts`` rows (the two of paper 000's Table 4 that the zoo's standard splits hold)
+#: the UCI datasets of the ``nuts`` rows (the two of Sheinkman & Wade's (2025) Table 4 that the zoo's
+# standard splits hold)
 NUTS_DATASETS = ("uci:yacht", "uci:bostonHousing")
 
 

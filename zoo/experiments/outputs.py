@@ -85,7 +85,8 @@ def evaluate(
 
 def train_set_metrics(run: RunOutput, num_samples: int = 100) -> dict:
     """Training-set metrics (``train_<metric>``) and the under-fitting gap ``nll_gap = nll - train_nll``
-    (paper 002 §9.3), from the same predictive as the test metrics; the training-set predictions are kept in
+    (Tomczak et al. (2021) §9.3), from the same predictive as the test metrics; the training-set
+    predictions are kept in
     ``run.train_predictions``."""
     xtr, ytr, _, _ = run.dataset.tensors(device=run.result.device)
     scores, pred = evaluate(

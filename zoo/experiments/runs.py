@@ -7,7 +7,7 @@ Used by ``zoo fit`` and ``zoo reproduce``.  Protocol conventions:
   so the checkpoint predicts on new raw rows (``FitResult.predict(x_raw, raw_inputs=True)``);
 * regression targets standardized with training statistics *for fitting*; predictions are mapped back
   and every metric is reported on the original target scale (the UCI protocol of Hernández-Lobato &
-  Adams 2015; paper 000 reports raw-scale RMSE too);
+  Adams 2015; Sheinkman & Wade (2025) reports raw-scale RMSE too);
 * regression metrics from the predictive mean/variance: RMSE, Gaussian NLL (``nll``), 95 % coverage,
   plus the mixture NLL over draws (``nll_mixture``); classification: accuracy, NLL, ECE (10 bins).
 """
@@ -159,7 +159,8 @@ def fit_on_dataset(
     ``starts`` each start has the whole budget.
 
     ``posttrain_steps``: after scoring, freeze the guide's structure (``guide.freeze_structure()``: the
-    LBBNN inclusion probabilities, paper 001 Algorithm 1 stage 3), train ``posttrain_steps`` more steps with
+    LBBNN inclusion probabilities, Hubin & Storvik (2019) Algorithm 1 stage 3), train ``posttrain_steps``
+    more steps with
     a fresh optimizer at ``posttrain_lr`` (default: the main learning rate), and add every test and extra
     metric again as ``post_<metric>`` (the un-post-trained values stay in the row; ``run`` holds the
     post-trained fit).
@@ -168,7 +169,8 @@ def fit_on_dataset(
     ``{"stage_lrs": "short"}``); for entries fitted by :func:`zoo.infer.loop.fit` only ``accelerate``
     (``{"accelerate": "squarem"}``: SQUAREM on closed-form sweeps, :mod:`zoo.infer.accelerate`); for every
     entry ``standardize_y`` (a bool) overrides the entry's default of fitting standardized regression
-    targets (paper 000's bow-tie fits raw ones), ``starts`` (a list of guide-option mappings; ``[{}]``:
+    targets (Sheinkman & Wade's (2025) bow-tie fits raw ones), ``starts`` (a list of guide-option mappings;
+    ``[{}]``:
     one fit) fits once per start and keeps the fit with the highest ELBO (:mod:`zoo.experiments.starts`;
     default: the entry's ``fit_defaults["starts"]`` for the run's guide), and ``likelihoods`` (e.g.
     ``["gaussian", "t4"]``) fits every start under each likelihood and keeps the highest ELBO of all (the
@@ -187,7 +189,8 @@ def fit_on_dataset(
     entry = get_entry(model)
     d = dict(entry.fit_defaults)
     fit_options = dict(cfg.fit_options)
-    # Protocols differ: most standardize targets; paper 000 fits raw targets (standardize_y=False).
+    # Protocols differ: most standardize targets; Sheinkman & Wade (2025) fits raw targets
+    # (standardize_y=False).
     standardize = check_bool("standardize_y", fit_options.pop("standardize_y", d.get("standardize_y", True)))
     loop_keys = {"accelerate", "noise_refit"}  # FitConfig settings a run may pass to zoo.infer.loop.fit
     choices = {"starts", "likelihoods"}
@@ -294,7 +297,8 @@ OOD_PARTNER = {"mnist10k": "kmnist10k", "kmnist10k": "mnist10k"}
 
 
 def ood_metrics(run: RunOutput, ood: str | Dataset | None = None, num_samples: int = 100) -> dict:
-    """Out-of-domain predictive entropy (paper 001 §4.2: an MNIST model on KMNIST should be uncertain):
+    """Out-of-domain predictive entropy (Hubin & Storvik (2019) §4.2: an MNIST model on KMNIST should be
+    uncertain):
     mean per-point entropy of the model-averaged probabilities on the in-domain test set (``entropy_in``)
     and on the test inputs of ``ood`` (``entropy_ood``; default: :data:`OOD_PARTNER` of the run's
     dataset), plus the mean mutual information (epistemic part) on both when per-draw probabilities are

@@ -39,7 +39,8 @@ class ConvergenceMonitor:
     """Stop when the ELBO stops changing.
 
     With ``window = 1`` (exact ELBOs, CAVI) it stops after ``patience`` consecutive steps whose relative
-    change ``|e_t - e_{t-1}| / max(1, |e_t|)`` is below ``tol`` — the rule of paper 000 §4 ("three
+    change ``|e_t - e_{t-1}| / max(1, |e_t|)`` is below ``tol`` — the rule of Sheinkman & Wade (2025) §4
+    ("three
     consecutive ELBO values change by less than a threshold").  With ``window = w > 1`` (noisy Monte
     Carlo ELBOs) the same test is applied to the means of consecutive non-overlapping windows of ``w``
     steps.

@@ -141,7 +141,8 @@ UCI_FOLDER = {
 
 
 def _mfvi_uci_runs(splits: Sequence[int] | None) -> list[RunSpec]:
-    from zoo.experiments.nuts_runs import nuts_run_specs  # NUTS on paper 000's HMC model (App. D.2)
+    # NUTS on Sheinkman & Wade's (2025) HMC model (App. D.2)
+    from zoo.experiments.nuts_runs import nuts_run_specs
 
     hmc = {"hierarchical_scale": True, **IG2_NOISE_OPTIONS}
     nuts = nuts_run_specs("mfvi-bnn", splits, {"options": hmc})

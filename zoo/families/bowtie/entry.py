@@ -62,7 +62,7 @@ def build_bowtie(
     hyperparameters are resolved from the data (OLS) at initialization; ``gaussian_prior=True`` is the GVBNN
     ablation (:class:`~zoo.families.bowtie.prior.GaussianBowtiePrior`)."""
     if task != "regression":
-        raise ValueError(f"task: the bow-tie BNN is regression only (paper 000), got {task!r}")
+        raise ValueError(f"task: the bow-tie BNN is regression only (Sheinkman & Wade (2025)), got {task!r}")
     opts = resolve(BowtieOptions, options, kwargs)
     return BowtieModel(
         in_features,

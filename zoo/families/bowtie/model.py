@@ -1,4 +1,4 @@
-"""The augmented bow-tie BNN of paper 000 (Sheinkman & Wade 2025, arXiv 2411.11132), as a Pyro model.
+"""The augmented bow-tie BNN of Sheinkman & Wade (2025, arXiv 2411.11132), as a Pyro model.
 
 Generative model (Eqs. (1)–(4) with the Pólya–Gamma augmentation of §2.3–2.4), hidden layers ``l = 0..L-1``
 (paper layers ``1..L``), output layer ``L`` (paper ``L + 1``), ``a_{-1} := x``::
@@ -77,7 +77,7 @@ def PolyaGamma1(c: Tensor) -> PolyaGamma:
 
 
 class BowtieModel(BayesianModel):
-    """Augmented bow-tie regression BNN of paper 000 (module docstring).
+    """Augmented bow-tie regression BNN of Sheinkman & Wade (2025) (module docstring).
 
     Args:
         in_features, hidden, out_features: architecture (any depth ``L = len(hidden)`` and widths;

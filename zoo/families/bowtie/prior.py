@@ -1,4 +1,5 @@
-"""Normal–generalized-inverse-Gaussian (N-GIG) shrinkage prior and the bow-tie noise hyperprior (paper 000).
+"""Normal–generalized-inverse-Gaussian (N-GIG) shrinkage prior and the bow-tie noise hyperprior (Sheinkman
+& Wade (2025)).
 
 Sheinkman & Wade 2025 (arXiv 2411.11132).  Weights of layer ``l`` (sites ``fc{l}.weight``; paper layer
 ``l + 1``) follow the global–local prior
@@ -210,7 +211,8 @@ class NGIGPrior(ExactScaleConditionals, Prior):
 
 
 class GaussianBowtiePrior(Prior):
-    """Gaussian weight prior for the bow-tie network — the GVBNN ablation of paper 000 (Tables 2 and 4,
+    """Gaussian weight prior for the bow-tie network — the GVBNN ablation of Sheinkman & Wade (2025)
+    (Tables 2 and 4,
     "Gaussian priors"; the paper does not report their variance).
 
     ``W_{l,d,d'} ~ N(0, v_l)`` with ``v_l = (delta_glob^2 / L) (delta_loc^2 / D_{l-1})`` under the App. D.1

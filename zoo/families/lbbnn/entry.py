@@ -282,7 +282,8 @@ IMAGE_METRICS = (
     "epochs",
 )
 
-# Paper 001's image protocol on one CPU budget per fit: at most 250 epochs (20000 steps) and at most
+# Hubin & Storvik's (2019) image protocol on one CPU budget per fit: at most 250 epochs (20000 steps) and
+# at most
 # MNIST10K_SECONDS of training wall time, whichever comes first; rows record the steps and epochs done.
 MNIST10K_SECONDS = 3600.0
 
@@ -298,7 +299,7 @@ def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
         # (guides.lbbnn.training.DEFAULT_LRS: Table 1 with κ, ρ at 1e-2 for the short run)
         "options": {"hyper": "eb-point", "eb_steps": 1600, "inclusion": 0.5, "eb_stop_inclusion": 0.1},
         "fit_options": {"stage_lrs": "short"},
-        # 50 post-training epochs with the structure fixed at lr 1e-4 (paper 001 §5, Table 1)
+        # 50 post-training epochs with the structure fixed at lr 1e-4 (Hubin & Storvik (2019) §5, Table 1)
         "posttrain_steps": 4000,
         "posttrain_lr": 1e-4,
     }
@@ -306,7 +307,8 @@ def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
         ("lbbnn-mf", "lbbnn", {**lb, "guide": "mean-field"}),
         ("lbbnn-mvn", "lbbnn", {**lb, "guide": "mvn"}),
         ("lbbnn-lowrank-mvn", "lbbnn", {**lb, "guide": "lowrank-mvn"}),
-        # the dense Gaussian BNN under the same budget (paper 001's "BNN" row): N(0, 1) weights, mean field
+        # the dense Gaussian BNN under the same budget (Hubin & Storvik's (2019) "BNN" row): N(0, 1)
+        # weights, mean field
         (
             "bnn",
             "mfvi-bnn",

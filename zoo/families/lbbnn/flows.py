@@ -245,7 +245,8 @@ IMAGE_STAGE_LRS["posttrain"] = dict(DEFAULT_LRS["posttrain"])
 def _mnist_runs(splits: Sequence[int] | None) -> list[RunSpec]:
     splits = [0] if splits is None else list(splits)
     budget = {**MNIST10K_RUN, "num_samples": 100, "max_seconds": MNIST10K_SECONDS}
-    # the three LBBNN guides share Algorithm 1's schedule (paper 003's reference code trains its mean-field
+    # the three LBBNN guides share Algorithm 1's schedule (Skaaret-Lund et al.'s (2023) reference code
+    # trains its mean-field
     # baseline so): 1600 steps (20 epochs) with the inclusion logits at step size 0.1, then 1e-2;
     # everything else at the protocol's 1e-3 throughout (MNF-style layers are unstable at large steps)
     lb = {
