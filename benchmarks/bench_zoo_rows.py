@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_results(out: Path, suite, plan: BenchPlan, doc: dict, wall: float, jobs: int) -> None:
+    from zoo.experiments.bench_identity import zoo_row_identity
     from zoo.experiments.leaderboard import zoo_rows_markdown
 
     cmd = "ZOO_NUM_THREADS=1 python " + " ".join(shlex.quote(x) for x in sys.argv)
@@ -137,6 +138,8 @@ def write_results(out: Path, suite, plan: BenchPlan, doc: dict, wall: float, job
         "wall_seconds": round(wall, 1),
         "fits_seconds": round(sum(float(r.get("total_seconds", 0.0)) for r in doc["rows"]), 1),
         "specs": [s.label for s in plan.specs],
+        # the settings behind each spec's rows: zoo bench notes rows computed before a default changed
+        "spec_identities": {s.label: zoo_row_identity(s.label) for s in plan.specs},
         "rows": doc["rows"],
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -339,6 +339,30 @@ def test_cli_missing_zoo_rows_is_a_clear_note(tmp_path, monkeypatch, capsys):
     assert "no zoo rows" in capsys.readouterr().out
 
 
+def test_zoo_rows_computed_under_other_settings_are_noted(tiny, tmp_path):
+    """Rows files record the settings behind each spec (options, guide options, fit defaults): rows computed
+    before a default changed get a note naming the change, rows recording none a note saying so."""
+    from zoo.experiments.bench_identity import zoo_row_identity
+
+    path = tmp_path / "results" / "bench-tiny.json"
+    doc = json.loads(path.read_text())
+    assert "record no model settings" in load_zoo_rows(TINY)[2]  # the fixture's rows record none
+    specs = ["mfvi-bnn:normal", "blr-cavi:cavi"]
+    doc["specs"] = specs
+    doc["spec_identities"] = json.loads(json.dumps({lab: zoo_row_identity(lab) for lab in specs}))
+    path.write_text(json.dumps(doc))
+    assert load_zoo_rows(TINY)[2] is None  # today's settings: nothing to say
+    ident = doc["spec_identities"]["mfvi-bnn:normal"]
+    key = sorted(ident["options"])[0]
+    ident["options"][key] = "an older default"
+    ident["fit_defaults"]["lr"] = 123.0
+    path.write_text(json.dumps(doc))
+    note = load_zoo_rows(TINY)[2]
+    assert "computed under other settings" in note and "mfvi-bnn:normal:" in note
+    assert f'options {key}: "an older default" there' in note and "fit defaults lr: 123.0 there" in note
+    assert "blr-cavi:cavi" not in note
+
+
 def test_cli_own_table_against_zoo_models(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 3))

@@ -47,6 +47,7 @@ class BenchSpecLike(Protocol):
     options: Mapping[str, Any]
     guide_options: Mapping[str, Any]
 
+
 __all__ = [
     "SIGNATURE_VERSION",
     "spec_identity",
@@ -54,6 +55,8 @@ __all__ = [
     "describe_difference",
     "check_version",
     "journal_signature",
+    "zoo_row_identity",
+    "stale_zoo_rows",
 ]
 
 #: the ``"bench"`` field of a signature; 2: with :func:`spec_identity`'s ``models``
@@ -142,6 +145,60 @@ def spec_identity(spec: BenchSpecLike) -> dict[str, Any]:
         "plugin": plugin_identity(entry.plugin, entry.plugin_module),
         "guide_plugin": guide_plugin,
     }
+
+
+def zoo_row_identity(label: str) -> dict[str, Any]:
+    """The settings behind the committed zoo rows of spec ``label`` (``"model[:guide]"``, default options):
+    :func:`spec_identity` plus the entry's ``fit_defaults``, so that rows computed before a model's defaults
+    changed can be told apart (:func:`stale_zoo_rows`)."""
+    from types import SimpleNamespace
+
+    from zoo.experiments.registry import get_entry
+
+    model, _, guide = label.partition(":")
+    entry = get_entry(model)
+    spec = SimpleNamespace(
+        label=label, model=model, guide=guide or entry.default_guide, options={}, guide_options={}
+    )
+    fit_defaults = {k: _callable_name(v) for k, v in entry.fit_defaults.items()}
+    return {**spec_identity(spec), "fit_defaults": _plain(fit_defaults)}
+
+
+def _callable_name(value: Any) -> Any:
+    """A function as ``module.qualname`` (its repr holds a memory address), anything else as it is."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
+    return value
+
+
+def stale_zoo_rows(recorded: Any, labels: Sequence[str]) -> list[str]:
+    """One line per spec of ``labels`` whose settings today differ from ``recorded`` (the
+    ``spec_identities`` a rows file stores, label -> :func:`zoo_row_identity`): its changed options, guide
+    options and fit defaults, or that it is no longer registered; ``["... record no settings"]`` when
+    ``recorded`` is missing (rows computed before the zoo recorded them)."""
+    if not isinstance(recorded, Mapping):
+        return ["the rows record no model settings (computed before the zoo recorded them), so rows made "
+                "before a change of a model's defaults cannot be told apart"]  # fmt: skip
+    out = []
+    for label in labels:
+        try:
+            now = _plain(zoo_row_identity(label))
+        except (TypeError, ValueError) as e:
+            out.append(f"{label}: {e}")
+            continue
+        then = recorded.get(label)
+        if not isinstance(then, Mapping):
+            out.append(f"{label}: no recorded settings")
+            continue
+        parts = [
+            change
+            for field in ("options", "guide_options", "fit_defaults")
+            for change in _dict_changes(field.replace("_", " "), then.get(field), now[field])
+        ]
+        parts += _plugin_changes("plugin", then.get("plugin"), now["plugin"])
+        if parts:
+            out.append(f"{label}: " + "; ".join(parts))
+    return out
 
 
 def _short(value: Any) -> str:

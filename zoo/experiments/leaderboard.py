@@ -29,6 +29,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from zoo.experiments.bench_identity import stale_zoo_rows
 from zoo.experiments.runs import dumps_json
 from zoo.experiments.suites import HIGHER_IS_BETTER, Suite, metrics_for_task
 from zoo.io import atomic_write_many
@@ -296,7 +297,9 @@ def committed_rows_path(suite: str) -> Path:
 
 def load_zoo_rows(suite: Suite, path: str | os.PathLike | None = None) -> tuple[list[dict], str, str | None]:
     """``(rows, source, note)`` of the committed zoo rows of ``suite``; missing rows give ``[]`` and a note
-    saying how to compute them, rows computed under another suite definition a note saying so."""
+    saying how to compute them; rows computed under another suite definition, or under other model settings
+    than today's (:func:`zoo.experiments.bench_identity.stale_zoo_rows`: options, guide options, fit
+    defaults), a note saying so."""
     p = Path(path) if path is not None else committed_rows_path(suite.name)
     if not p.exists():
         note = (
@@ -307,11 +310,20 @@ def load_zoo_rows(suite: Suite, path: str | os.PathLike | None = None) -> tuple[
         logger.warning(note)
         return [], str(p), note
     doc = json.loads(p.read_text())
-    note = None
+    notes = []
     if doc.get("suite_identity") != json.loads(json.dumps(suite.identity())):
-        note = f"the zoo rows in {p} were computed under another definition of suite {suite.name!r}"
-        logger.warning(note)
-    return list(doc.get("rows", [])), str(p), note
+        notes.append(f"the zoo rows in {p} were computed under another definition of suite {suite.name!r}")
+    labels = doc.get("specs") or list(dict.fromkeys(r["label"] for r in doc.get("rows", [])))
+    stale = stale_zoo_rows(doc.get("spec_identities"), labels)
+    if stale:
+        notes.append(
+            f"the zoo rows in {p} were computed under other settings than today's "
+            f"(recompute them with `python benchmarks/bench_zoo_rows.py --suite {suite.name} --work DIR`): "
+            + " | ".join(stale)
+        )
+    for n in notes:
+        logger.warning(n)
+    return list(doc.get("rows", [])), str(p), "; ".join(notes) or None
 
 
 def zoo_rows_markdown(result: Mapping) -> str:
