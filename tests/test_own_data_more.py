@@ -351,3 +351,23 @@ def test_readme_own_data_snippets_compile():
     blocks = _python_blocks(section)
     assert blocks and all(compile(b, "README.md", "exec") for b in blocks)
     assert "header row" in section and "decimal point" in section and "file-column" in section
+
+
+def test_a_nuts_run_records_its_inputs_and_predicts_on_raw_rows(huge_run, tmp_path):
+    """zoo fit --inference nuts keeps the data's record in the checkpoint as a variational run does, so a
+    loaded NUTS fit predicts on raw rows too."""
+    csv, _ = huge_run
+    out = tmp_path / "nuts"
+    argv = ["fit", "mfvi-bnn", "--inference", "nuts", "--dataset", f"csv:{csv}", "--target", "price",
+            "--test-frac", "0.25", "--split-seed", "2", "--hidden", "3", "--chains", "1", "--warmup", "10",
+            "--samples", "8", "--max-tree-depth", "3", "--sequential", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    fit = zoo.load(out / "checkpoint.pt")
+    assert fit.config["x_mean"] == m["x_mean"] and fit.config["feature_names"] == ["big", "small", "mid"]
+    x_raw, _ = _raw_test_rows(csv, m)
+    ds = load_dataset(f"csv:{csv}", table=TableOptions(target="price", test_frac=0.25, split_seed=2))
+    raw = fit.predict(x_raw, raw_inputs=True, seed=0)
+    same = fit.predict(torch.as_tensor(ds.x_test, dtype=torch.float32), seed=0)
+    torch.testing.assert_close(raw.mean, same.mean)

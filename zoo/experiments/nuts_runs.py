@@ -22,6 +22,7 @@ from typing import Any
 import pyro
 
 from zoo.data import Dataset, load_dataset
+from zoo.data.provenance import input_record, table_record
 from zoo.experiments.config import RunConfig
 from zoo.experiments.outputs import RunOutput, score_predictions, train_set_metrics
 from zoo.experiments.registry import get_entry
@@ -129,7 +130,9 @@ def fit_nuts_on_dataset(model: str, dataset: str | Dataset, cfg: RunConfig) -> R
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, cfg.split, data_dir=cfg.data_dir)
     pyro.set_rng_seed(cfg.seed)
     m, _, spec = cfg.build(model, ds)
-    result = fit_nuts(m, ds, ncfg.replace(metadata={**ncfg.metadata, "split": cfg.split}), spec=spec)
+    # the data's record, as variational runs keep it: raw_inputs=True works on a loaded NUTS fit too
+    record = {"split": cfg.split, **table_record(ds), **input_record(ds)}
+    result = fit_nuts(m, ds, ncfg.replace(metadata={**ncfg.metadata, **record}), spec=spec)
     _, _, xte, yte = ds.tensors(device=result.device)
     pred = all_draws_predict(result, xte, seed=cfg.seed)
     scores = score_predictions(ds, pred, yte)
