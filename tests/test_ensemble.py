@@ -89,6 +89,8 @@ def test_cli_ensemble(tmp_path, capsys):
     assert main([*argv, "--ensemble", "2", "--out", str(out), "--no-progress"]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["ensemble_size"] == 2 and len(m["member_elbos"]) == 2
+    member = json.loads((out / "member_0" / "metrics.json").read_text())
+    assert m["task"] == member["task"] == "regression" and m["x_mean"] == member["x_mean"]
     assert (out / "member_0" / "checkpoint.pt").exists() and (out / "member_1" / "metrics.json").exists()
     with pytest.raises(SystemExit) as e:
         main([*argv, "--ensemble", "0", "--out", str(tmp_path / "bad")])

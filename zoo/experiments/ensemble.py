@@ -26,6 +26,7 @@ import torch
 
 from zoo.core.config import resolve
 from zoo.data import Dataset, load_dataset
+from zoo.data.provenance import input_record, table_record, task_record
 from zoo.experiments.config import RunConfig
 from zoo.experiments.dispatch import DispatchConfig, dispatch
 from zoo.experiments.runs import dumps_json, fit_on_dataset, is_run_entry, score_predictions, write_run
@@ -193,7 +194,8 @@ def fit_ensemble(
         return _ensemble(ds, cfg, zeta, _fit_members(model, ds, cfg, k, dcfg, None))
     with staged_folder(out_dir, is_run_entry) as stage:
         out = _ensemble(ds, cfg, zeta, _fit_members(model, ds, cfg, k, dcfg, stage))
-        atomic_write_text(stage / "metrics.json", dumps_json(out.metrics))
+        record = {**task_record(ds), **table_record(ds), **input_record(ds)}  # as each member's
+        atomic_write_text(stage / "metrics.json", dumps_json({**out.metrics, **record}))
     return out
 
 
