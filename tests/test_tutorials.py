@@ -27,7 +27,9 @@ except ImportError as e:  # the GPU check's machine has no notebook stack, and t
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 MAX_BYTES = 1_500_000  # a committed notebook with its figures stays below this
-PRIVATE = re.compile(r"shared/|note §|\[C\]|\[code\]")  # references a reader cannot follow
+# references a reader cannot follow: private notes ("note 003 §4.3", "note §9.5"), the internal paper
+# numbering ("paper 000" ... "paper 004"; tests/test_citations.py checks the docs), shared/ paths, source tags
+PRIVATE = re.compile(r"shared/|note §|(?i:note 00\d|paper 00[0-4])|\[C\]|\[code\]")
 # the first markdown cell states the size of the committed run and how long it took
 RUN_SIZE = re.compile(r"\bsize\b", re.IGNORECASE)
 RUN_TIME = re.compile(r"\b\d+(\.\d+)?\s*(s|seconds?|min|minutes?)\b")
@@ -132,6 +134,13 @@ def test_output_check_accepts_a_good_notebook():
         ),
         (lambda nb: nb.cells[0].update(source="# T\n\nSee shared/papers/x.md, full size, 12 s."), "private"),
         (lambda nb: nb.cells[1].update(source="x = 1  # note §3"), "private"),
+        (lambda nb: nb.cells[0].update(source="# T\n\nAs in paper 004 §6, full size, 12 s."), "private"),
+        (
+            lambda nb: nb.cells[1].outputs.append(
+                nbformat.v4.new_output("stream", name="stdout", text="note 003")
+            ),
+            "private",
+        ),
         (lambda nb: nb.cells[0].update(source="# T\n\nA tutorial."), "run size"),
         (lambda nb: MAX_BYTES + 1, "bytes"),
     ],
@@ -145,6 +154,8 @@ def test_output_check_accepts_a_good_notebook():
         "widget",
         "private-md",
         "private-code",
+        "private-paper-number",
+        "private-note-in-output",
         "no-size",
         "too-big",
     ],

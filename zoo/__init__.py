@@ -21,7 +21,14 @@ Where things live (each paper family in one folder per package):
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
+
+# ``import pyro`` imports ``tqdm.auto`` (pyro's MCMC progress bars), which in a Jupyter kernel without
+# ipywidgets warns "IProgress not found" at import time.  The zoo's own progress bars are plain text, so the
+# warning is noise to every notebook user; silence exactly that message, from tqdm only.  It must be in place
+# before pyro is first imported: a notebook imports ``zoo`` first (``import zoo`` is light, PEP 562 below).
+warnings.filterwarnings("ignore", message="IProgress not found", module=r"tqdm\.")
 
 __version__ = "0.1.0"
 

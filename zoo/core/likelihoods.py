@@ -144,8 +144,10 @@ def _check_label_range(y: Tensor, n_classes: int, what: str) -> None:
 class GaussianLikelihood(Likelihood):
     """``y ~ N(f, sigma^2)`` with ``noise`` one of
 
-    * ``"inverse_gamma"`` — latent site ``sigma2 ~ InverseGamma(a0, b0)`` (paper 000 §2.4, App. D.2);
-    * ``"gamma"`` — latent precision ``precision ~ Gamma(a0, b0)`` (paper 004 uses Gamma(6, 6));
+    * ``"inverse_gamma"`` — latent site ``sigma2 ~ InverseGamma(a0, b0)`` (the output-noise prior of
+      Sheinkman & Wade 2025, arXiv:2411.11132, §2.4; its baselines use ``IG(2, sigma_y)``, App. D.2);
+    * ``"gamma"`` — latent precision ``precision ~ Gamma(a0, b0)`` (Ghosh, Yao & Doshi-Velez 2019,
+      arXiv:1705.10388, §6 and App. C.1, use Gamma(6, 6));
     * ``"fixed"`` — known ``sigma2 = scale**2``.
 
     With ``out_features > 1`` the outputs are independent given ``f`` and share one noise variance.
