@@ -61,6 +61,7 @@ from torch import Tensor
 
 from zoo.core.validation import check_positive_int, check_tensor
 from zoo.eval.units import annotate_target_scaling, check_target_units, likelihood_attrs
+from zoo.infer.mcmc_export import site_dims  # one naming of posterior dims, VI and NUTS
 from zoo.infer.predict import _guide_trace, log_likelihood, posterior_samples, predictive_samples
 from zoo.io import atomic_write_path
 
@@ -86,23 +87,6 @@ def _layers(fit: FitResult) -> dict[str, tuple[int, int]]:
         if spec.role == "weight" and len(spec.shape) == 2:
             out[spec.name.rsplit(".", 1)[0]] = (int(spec.shape[0]), int(spec.shape[1]))
     return out
-
-
-def site_dims(name: str, shape: tuple[int, ...], layers: dict[str, tuple[int, int]]) -> list[str]:
-    """Named dims of a posterior site: the layer's ``_out`` / ``_in`` where an axis matches, else generic."""
-    generic = [f"{name}_dim_{i}" for i in range(len(shape))]
-    layer = next((k for k in layers if name.startswith(k + ".")), None)
-    if layer is None or len(shape) not in (1, 2):
-        return generic
-    d_out, d_in = layers[layer]
-    if len(shape) == 1:
-        if shape[0] == d_out:
-            return [f"{layer}_out"]
-        return [f"{layer}_in"] if shape[0] == d_in else generic
-    return [
-        f"{layer}_out" if shape[0] == d_out else generic[0],
-        f"{layer}_in" if shape[1] == d_in else generic[1],
-    ]
 
 
 def _posterior_group(

@@ -295,6 +295,7 @@ def to_inference_data(
     max_weight_params: int = 50_000,
     max_input_values: int = 100_000,
     seed: int | None = None,
+    max_marginal_values: int = 250_000,
 ) -> az.InferenceData:
     """ArviZ export of a NUTS fit with ``(chain, draw)`` dims (module docstring), in the schema of the
     variational export (:func:`zoo.eval.diagnostics.to_inference_data`, whose arguments it takes).
@@ -314,11 +315,14 @@ def to_inference_data(
     :param max_input_values: inputs are stored only up to this many numbers.
     :param seed: seed of the observation noise in ``posterior_predictive`` / ``predictions`` (default: the
         fit's seed); the parameters of draw ``s`` are the same in every group whatever the seed.
+    :param max_marginal_values: taken for the variational exporter's signature and checked; it does not
+        apply here (NUTS samples models whose likelihood needs no Monte Carlo over per-row latents).
 
     The targets are on the scale of the fit's config: with ``y_mean`` / ``y_std`` recorded (every ``zoo
     fit`` run) pass raw targets; the groups are labelled by :func:`zoo.eval.units.annotate_target_scaling`.
     """
     _check_export_args(result, x, y, train, num_samples, seed)
+    check_positive_int("max_marginal_values", max_marginal_values)
     stride = thinning_stride(result.guide.num_chains, result.guide.num_draws, num_samples)
     result = _thinned(result, stride)
     seed = int(result.seed) if seed is None else seed

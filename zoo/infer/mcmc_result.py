@@ -212,6 +212,7 @@ class NUTSResult(FitResult):
         max_weight_params: int = 50_000,
         max_input_values: int = 100_000,
         seed: int | None = None,
+        max_marginal_values: int = 250_000,
     ) -> az.InferenceData:
         """ArviZ export with ``(chain, draw)`` dims and the sampler's ``sample_stats``
         (:func:`zoo.infer.mcmc_export.to_inference_data`, which documents the arguments)."""
@@ -227,6 +228,7 @@ class NUTSResult(FitResult):
             max_weight_params=max_weight_params,
             max_input_values=max_input_values,
             seed=seed,
+            max_marginal_values=max_marginal_values,
         )
 
 
