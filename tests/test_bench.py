@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -450,3 +451,29 @@ def test_suite_scorer_hook_adds_metrics(tmp_path):
     assert doc["rows"][0]["scored_points"] == doc["rows"][0]["n_test"] == 44
     with pytest.raises(TypeError, match="scorer"):
         dataclasses.replace(TINY, scorer=3)
+
+
+def test_zoo_rows_script_keeps_the_wall_time_of_a_resumed_run(monkeypatch, tmp_path):
+    """benchmarks/bench_zoo_rows.py run again on a finished journal writes the rows again with the wall
+    time the fits took, not the seconds of the resume, and records each spec's settings."""
+    import importlib.util
+
+    from zoo.experiments.bench_identity import zoo_row_identity
+
+    monkeypatch.setitem(SUITES, "tiny", TINY)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_zoo_rows.py"
+    spec = importlib.util.spec_from_file_location("bench_zoo_rows", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = ["--suite", "tiny", "--specs", "blr-cavi:cavi", "--work", str(tmp_path / "w")]
+    assert script.main([*args, "--results-dir", str(tmp_path / "a")]) == 0
+    first = json.loads((tmp_path / "a" / "bench-tiny.json").read_text())
+    journal = json.loads((tmp_path / "w" / "bench.json").read_text())
+    assert first["wall_seconds"] == journal["wall_seconds"]
+    journal["wall_seconds"] = 1234.5  # as if the fits had taken that long before an interruption
+    (tmp_path / "w" / "bench.json").write_text(json.dumps(journal))
+    assert script.main([*args, "--results-dir", str(tmp_path / "b")]) == 0
+    second = json.loads((tmp_path / "b" / "bench-tiny.json").read_text())
+    assert second["wall_seconds"] == 1234.5 and second["rows"] == first["rows"]
+    identities = {"blr-cavi:cavi": zoo_row_identity("blr-cavi:cavi")}
+    assert second["spec_identities"] == json.loads(json.dumps(identities))
